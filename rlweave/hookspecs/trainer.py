@@ -1,0 +1,36 @@
+"""The RL trainer loop (verl's PPO/GRPO trainers): steps and the stages inside a step.
+
+Called by ``rlweave.adapters.verl``. Stage names are those of :class:`rlweave.types.Stage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlweave.hookspecs import hookspec
+from rlweave.types import StageContext, TrainerMode
+
+
+@hookspec(firstresult=True)
+def rlweave_trainer_mode(config: Any) -> TrainerMode | None:
+    """Choose how the trainer loop is organised (e.g. stream generation, fused stages).
+
+    Called once by the verl adapter before the trainer is built. Return ``None`` to keep verl's
+    own loop (the mode in ``trainer.v1.trainer_mode``).
+    """
+
+
+@hookspec(firstresult=True)
+def rlweave_run_stage(context: StageContext, run: Callable[[], Any]) -> Any:
+    """Run one trainer stage (generate, reward, old_log_prob, ref, values, adv, update_*).
+
+    Called by the verl adapter where verl runs the stage; ``run()`` is verl's own stage. The
+    host's trylast default calls ``run()``; plugins wrap it (``wrapper=True``) to trace it, or
+    return a result of their own to replace it (stage fusion). Returns the stage's result.
+    """
+
+
+@hookspec
+def rlweave_step_end(step: int, metrics: dict[str, float]) -> None:
+    """A training step finished; ``metrics`` are the trainer's own (verl's metric dict)."""

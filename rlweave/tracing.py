@@ -1,0 +1,207 @@
+"""One span/event recorder for every plugin and adapter, across processes.
+
+Each process buffers its events and appends them, at most every ``FLUSH_INTERVAL_S`` and at
+exit, to ``<dir>/<process>-<pid>.jsonl``; :func:`load_events` merges a directory. Times are
+wall-clock microseconds so processes line up. Exports: Chrome/Perfetto trace JSON and a
+per-worker timeline PNG with each worker's busy and idle (bubble) fractions.
+
+When tracing is off, :meth:`Tracer.span` and :meth:`Tracer.instant` return after one check.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FLUSH_INTERVAL_S = 0.5
+
+
+def now_us() -> float:
+    return time.time_ns() / 1000.0
+
+
+class Tracer:
+    """Process-wide recorder. Use the module-level :data:`tracer`."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.directory: Path | None = None
+        self.process_name = "main"
+        self._buffer: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._atexit_registered = False
+
+    def configure(self, directory: str | os.PathLike, process_name: str | None = None) -> None:
+        """Start recording into ``directory`` (created if needed)."""
+        self.directory = Path(directory).resolve()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if process_name:
+            self.process_name = process_name
+        self.enabled = True
+        if not self._atexit_registered:
+            atexit.register(self.flush)
+            self._atexit_registered = True
+
+    def disable(self) -> None:
+        self.flush()
+        self.enabled = False
+
+    @contextmanager
+    def span(self, name: str, worker: str, /, **args: Any) -> Iterator[None]:
+        """Record the enclosed block as a span on ``worker``'s lane."""
+        if not self.enabled:
+            yield
+            return
+        start = now_us()
+        try:
+            yield
+        finally:
+            self.record_span(name, worker, start, now_us(), **args)
+
+    def record_span(
+        self, name: str, worker: str, start_us: float, end_us: float, /, **args: Any
+    ) -> None:
+        """Record a span measured elsewhere (e.g. by a framework's own timer)."""
+        if self.enabled:
+            self._add({"name": name, "ph": "X", "ts": start_us, "dur": end_us - start_us,
+                       "worker": worker, "args": args})
+
+    def instant(self, name: str, worker: str, /, **args: Any) -> None:
+        if self.enabled:
+            self._add({"name": name, "ph": "i", "ts": now_us(), "worker": worker, "args": args})
+
+    def _add(self, event: dict[str, Any]) -> None:
+        event["pid"] = os.getpid()
+        event["process"] = self.process_name
+        with self._lock:
+            self._buffer.append(event)
+        if time.monotonic() - self._last_flush > FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> Path | None:
+        """Append buffered events to this process's file; returns the file."""
+        if self.directory is None:
+            return None
+        with self._lock:
+            events, self._buffer = self._buffer, []
+            self._last_flush = time.monotonic()
+        path = self.directory / f"{self.process_name}-{os.getpid()}.jsonl"
+        if events:
+            with path.open("a") as f:
+                f.writelines(json.dumps(e, default=str) + "\n" for e in events)
+        return path
+
+
+tracer = Tracer()
+
+
+def load_events(directory: str | os.PathLike) -> list[dict[str, Any]]:
+    """All events recorded into ``directory`` by every process, sorted by time."""
+    events = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        with path.open() as f:
+            events.extend(json.loads(line) for line in f if line.strip())
+    return sorted(events, key=lambda e: e["ts"])
+
+
+def _lane_id(worker: str) -> int:
+    return zlib.crc32(worker.encode()) & 0x7FFFFFFF
+
+
+def write_chrome_trace(events: Sequence[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Chrome trace-event JSON (opens in Perfetto / chrome://tracing); one lane per worker."""
+    out: list[dict[str, Any]] = []
+    named: set[tuple[int, str]] = set()
+    for e in events:
+        tid = _lane_id(e["worker"])
+        if (e["pid"], e["worker"]) not in named:
+            named.add((e["pid"], e["worker"]))
+            out.append({"name": "thread_name", "ph": "M", "pid": e["pid"], "tid": tid,
+                        "args": {"name": e["worker"]}})
+            out.append({"name": "process_name", "ph": "M", "pid": e["pid"], "tid": tid,
+                        "args": {"name": f"{e['process']} ({e['pid']})"}})
+        record = {k: e[k] for k in ("name", "ph", "ts", "pid", "args")} | {"tid": tid, "cat": "rlweave"}
+        if e["ph"] == "X":
+            record["dur"] = e["dur"]
+        else:
+            record["s"] = "t"
+        out.append(record)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": out, "displayTimeUnit": "ms"}))
+    return path
+
+
+@dataclass(frozen=True)
+class LaneSummary:
+    worker: str
+    busy_s: float
+    busy_fraction: float  # busy time / the whole trace's wall span; 1 - this is the bubble
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def lane_summaries(events: Sequence[dict[str, Any]]) -> list[LaneSummary]:
+    """Busy fraction of each worker over the trace's span (overlapping spans count once)."""
+    spans = [e for e in events if e["ph"] == "X"]
+    if not spans:
+        return []
+    t0 = min(e["ts"] for e in spans)
+    t1 = max(e["ts"] + e["dur"] for e in spans)
+    wall = max(t1 - t0, 1e-9)
+    lanes: dict[str, list[tuple[float, float]]] = {}
+    for e in spans:
+        lanes.setdefault(e["worker"], []).append((e["ts"], e["ts"] + e["dur"]))
+    return [
+        LaneSummary(w, _union_length(iv) / 1e6, _union_length(iv) / wall)
+        for w, iv in sorted(lanes.items())
+    ]
+
+
+def write_timeline_png(events: Sequence[dict[str, Any]], path: str | os.PathLike, title: str) -> Path:
+    """One row per worker, one coloured bar per span (colour = span name), busy % per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spans = [e for e in events if e["ph"] == "X"]
+    summaries = lane_summaries(spans)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.5 * max(len(summaries), 1)))
+    if spans:
+        t0 = min(e["ts"] for e in spans)
+        names = sorted({e["name"] for e in spans})
+        colours = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
+        for row, lane in enumerate(summaries):
+            bars = [((e["ts"] - t0) / 1e6, e["dur"] / 1e6) for e in spans if e["worker"] == lane.worker]
+            cols = [colours[e["name"]] for e in spans if e["worker"] == lane.worker]
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=cols)
+        ax.set_yticks(range(len(summaries)),
+                      [f"{s.worker}  busy {s.busy_fraction:.0%}" for s in summaries])
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[n]) for n in names]
+        ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.set_xlabel("seconds")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

