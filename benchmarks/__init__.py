@@ -1,0 +1,56 @@
+"""Benchmarks behind ``rlweave bench <name>``: each runs the framework's own default and rlweave
+side by side in one run, on the same workload, and reports ratios with their lower bounds.
+
+A benchmark module provides ``add_arguments(parser)``, ``run(args) -> BenchResult`` and
+``plot(result, path) -> path``, importing its framework only inside them; it is listed here
+with the framework it needs, so the CLI can re-launch itself in that environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class BenchResult:
+    """``headline``: the figures ``--json`` prints; ``rows``: the table (first row = header);
+    ``regime``: the conditions measured in, in words; ``details``: everything else for the
+    JSON file and the plot."""
+
+    headline: dict[str, Any]
+    rows: list[list[str]]
+    regime: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    module: str
+    needs: str  # the import that must be available (decides the environment)
+    summary: str
+
+    def load(self) -> Any:
+        return importlib.import_module(self.module)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        self.load().add_arguments(parser)
+
+    def run(self, args: argparse.Namespace) -> BenchResult:
+        return self.load().run(args)
+
+    def plot(self, result: BenchResult, path: Path) -> Path:
+        return self.load().plot(result, path)
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("overhead", "rlweave.benchmarks.overhead", "vllm",
+                  "hook dispatch cost, and vLLM tokens/s with rlweave absent, disabled, enabled"),
+    )
+}

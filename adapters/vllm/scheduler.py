@@ -10,6 +10,7 @@ prefill) is vLLM's. Use it explicitly with
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -53,6 +54,9 @@ class RlweaveSchedulerMixin:
             num_kv_blocks=self.kv_cache_config.num_blocks,
             block_size=self.block_size,
         )
+        # schedule() start time of each in-flight iteration, by id of its SchedulerOutput (with
+        # async scheduling the next iteration is scheduled before the previous one returns).
+        self._rlweave_started: dict[int, float] = {}
         self._rlweave.hook.rlweave_engine_started(engine=self._rlweave_engine)
 
     def add_request(self, request: Request) -> None:
@@ -68,16 +72,27 @@ class RlweaveSchedulerMixin:
             )
             if decision is not None:
                 self._reorder_waiting(decision)
+        started = time.time()
         output = super().schedule(throttle_prefills)
-        self._rlweave.hook.rlweave_engine_step(
-            step=EngineStep(
-                instance_id=self._rlweave_engine.instance_id,
-                num_running=len(self.running),
-                num_waiting=len(self.waiting),
-                num_scheduled_tokens=output.total_num_scheduled_tokens,
-            )
-        )
+        if output.total_num_scheduled_tokens:
+            self._rlweave_started[id(output)] = started
         return output
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        result = super().update_from_output(scheduler_output, model_runner_output)
+        started = self._rlweave_started.pop(id(scheduler_output), None)
+        if started is not None:
+            self._rlweave.hook.rlweave_engine_step(
+                step=EngineStep(
+                    instance_id=self._rlweave_engine.instance_id,
+                    num_running=len(self.running),
+                    num_waiting=len(self.waiting),
+                    num_scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
+                    start_s=started,
+                    end_s=time.time(),
+                )
+            )
+        return result
 
     def _reorder_waiting(self, decision: ScheduleDecision) -> None:
         """Listed ids first, in the decided order; the rest keep their order behind them."""

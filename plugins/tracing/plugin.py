@@ -8,8 +8,16 @@ from typing import Any
 
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
-from rlweave.tracing import tracer
-from rlweave.types import EngineInfo, EngineStep, FrameworkInfo, RequestView, StageContext, TrajectoryEvent
+from rlweave.tracing import now_us, tracer
+from rlweave.types import (
+    EngineInfo,
+    EngineStep,
+    FrameworkInfo,
+    RequestView,
+    RoutingTrace,
+    StageContext,
+    TrajectoryEvent,
+)
 
 
 @hookimpl
@@ -40,22 +48,25 @@ def rlweave_engine_started(engine: EngineInfo) -> None:
 
 
 @hookimpl
-def rlweave_request_arrived(request: RequestView) -> None:
-    tracer.instant("request_arrived", "requests", request_id=request.request_id)
-
-
-@hookimpl
 def rlweave_engine_step(step: EngineStep) -> None:
-    tracer.instant("engine_step", step.instance_id, running=step.num_running,
-                   waiting=step.num_waiting, tokens=step.num_scheduled_tokens)
+    tracer.record_span("iteration", step.instance_id, step.start_s * 1e6, step.end_s * 1e6,
+                       running=step.num_running, waiting=step.num_waiting,
+                       tokens=step.num_scheduled_tokens)
 
 
 @hookimpl
 def rlweave_request_finished(request: RequestView) -> None:
-    tracer.instant("request_finished", "requests", request_id=request.request_id,
-                   output_len=request.output_len)
+    # A request's whole stay in the engine, queueing included.
+    tracer.record_span("request", "requests", request.arrival_s * 1e6, now_us(),
+                       request_id=request.request_id, output_len=request.output_len)
 
 
 @hookimpl
 def rlweave_trajectory_event(event: TrajectoryEvent) -> None:
     tracer.instant(f"trajectory_{event.kind.value}", event.trajectory.trajectory_id)
+
+
+@hookimpl
+def rlweave_routing_recorded(trace: RoutingTrace) -> None:
+    tracer.instant("routing_recorded", trace.source, tokens=int(trace.topk_ids.shape[0]),
+                   top_k=int(trace.topk_ids.shape[-1]))

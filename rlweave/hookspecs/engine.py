@@ -36,7 +36,7 @@ def rlweave_schedule(
 
 @hookspec
 def rlweave_engine_step(step: EngineStep) -> None:
-    """The engine scheduled one iteration (counts only; called on the hot path)."""
+    """The engine finished one iteration (called on the hot path: keep implementations cheap)."""
 
 
 @hookspec

@@ -1,0 +1,168 @@
+"""``rlweave bench overhead``: what rlweave costs when it does nothing.
+
+1. Hook dispatch: microseconds per pluggy hook call with zero and one no-op implementation.
+2. vLLM generation, same workload in three fresh engine processes: rlweave *absent* (vLLM told,
+   via ``VLLM_PLUGINS``, to load only its own plugins, exactly as if rlweave were not
+   installed), rlweave installed but *disabled* (the default), and *enabled* with the tracing
+   plugin (rlweave's scheduler subclass, hooks on every iteration, trace files written).
+   Regime: contended batch slots (more requests than ``max_num_seqs``). Tokens must be equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+from rlweave.benchmarks import BenchResult
+from rlweave.hookspecs import hookimpl
+
+VLLM_OWN_PLUGINS = "lora_filesystem_resolver,lora_hf_hub_resolver"
+CONFIGS = ("absent", "disabled", "enabled")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--requests", type=int, default=48, help="requests per generate call")
+    parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    parser.add_argument("--max-num-seqs", type=int, default=16, help="engine batch slots")
+    parser.add_argument("--repeats", type=int, default=3, help="timed generate calls per engine")
+    parser.add_argument("--hook-calls", type=int, default=200_000)
+
+
+class _NoOp:
+    """A plugin whose implementations do nothing, to time pluggy's dispatch itself."""
+
+    @hookimpl
+    def rlweave_engine_step(self, step):  # type: ignore[no-untyped-def]
+        return None
+
+    @hookimpl
+    def rlweave_schedule(self, waiting, running, engine):  # type: ignore[no-untyped-def]
+        return None
+
+
+def hook_call_us(calls: int) -> dict[str, float]:
+    from rlweave.config import RlweaveConfig
+    from rlweave.host import _build_plugin_manager
+    from rlweave.types import EngineInfo, EngineStep
+
+    pm = _build_plugin_manager(RlweaveConfig())
+    step = EngineStep("e", 1, 0, 1, 0.0, 0.0)
+    engine = EngineInfo("vllm", "e", 16, 1024)
+    out = {"no_impl_us": timeit.timeit(lambda: pm.hook.rlweave_engine_step(step=step), number=calls)}
+    pm.register(_NoOp())
+    out["one_impl_us"] = timeit.timeit(lambda: pm.hook.rlweave_engine_step(step=step), number=calls)
+    out["firstresult_one_impl_us"] = timeit.timeit(
+        lambda: pm.hook.rlweave_schedule(waiting=[], running=[], engine=engine), number=calls)
+    return {k: v / calls * 1e6 for k, v in out.items()}
+
+
+def _engine_env(config: str, trace_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if config == "absent":
+        env["VLLM_PLUGINS"] = VLLM_OWN_PLUGINS
+    elif config == "enabled":
+        env.update(RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=trace_dir)
+    return env
+
+
+def worker(args: argparse.Namespace) -> None:
+    """In a fresh process: one engine, a warm-up, then ``repeats`` timed generate calls."""
+    import time
+
+    from vllm import LLM, SamplingParams
+
+    from rlweave.tiny_models import ensure_tiny_model
+
+    llm = LLM(model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, seed=0,
+              max_num_seqs=args.max_num_seqs)
+    prompts = [f"what is {i} plus {3 * i + 1}? think step by step" for i in range(args.requests)]
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    llm.generate(prompts[:4], params, use_tqdm=False)
+    rates, tokens = [], None
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        elapsed = time.perf_counter() - t0
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
+        rates.append(sum(map(len, tokens)) / elapsed)
+    Path(args.worker_out).write_text(json.dumps({"tokens_per_s": rates, "tokens": tokens}))
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    from tqdm import tqdm
+
+    hooks = hook_call_us(args.hook_calls)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for config in tqdm(CONFIGS, desc="vLLM engines", file=sys.stderr):
+            out = Path(tmp) / f"{config}.json"
+            cmd = [sys.executable, "-m", "rlweave.benchmarks.overhead", "--worker-out", str(out),
+                   "--requests", str(args.requests), "--max-tokens", str(args.max_tokens),
+                   "--max-num-seqs", str(args.max_num_seqs), "--repeats", str(args.repeats)]
+            subprocess.run(cmd, env=_engine_env(config, str(Path(tmp) / "trace")), check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            results[config] = json.loads(out.read_text())
+    tps = {c: statistics.median(r["tokens_per_s"]) for c, r in results.items()}
+    identical = all(results[c]["tokens"] == results["absent"]["tokens"] for c in CONFIGS)
+    headline = {
+        "hook_call_us": round(hooks["one_impl_us"], 3),
+        "hook_call_no_impl_us": round(hooks["no_impl_us"], 3),
+        "firstresult_call_us": round(hooks["firstresult_one_impl_us"], 3),
+        "absent_tokens_per_s": round(tps["absent"], 1),
+        "disabled_tokens_per_s": round(tps["disabled"], 1),
+        "enabled_tokens_per_s": round(tps["enabled"], 1),
+        "disabled_vs_absent_tokens_per_s": round(tps["disabled"] / tps["absent"], 4),
+        "enabled_vs_absent_tokens_per_s": round(tps["enabled"] / tps["absent"], 4),
+        "tokens_identical": identical,
+    }
+    spread = {c: f"{min(r['tokens_per_s']):.0f}-{max(r['tokens_per_s']):.0f}" for c, r in results.items()}
+    rows = [["measure", "value", "lower bound / spread"],
+            ["hook call, 0 impls (µs)", f"{hooks['no_impl_us']:.2f}", "-"],
+            ["hook call, 1 no-op impl (µs)", f"{hooks['one_impl_us']:.2f}", "-"],
+            ["firstresult call, 1 impl (µs)", f"{hooks['firstresult_one_impl_us']:.2f}", "-"]]
+    rows += [[f"vLLM tokens/s, rlweave {c}", f"{tps[c]:.0f}", spread[c]] for c in CONFIGS]
+    rows += [["disabled / absent", f"{headline['disabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
+             ["enabled (tracing) / absent", f"{headline['enabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
+             ["tokens identical", str(identical), "must be True"]]
+    regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on "
+              f"{args.max_num_seqs} batch slots, tiny-llama bf16 on vllm-cpu, greedy; "
+              f"median of {args.repeats} timed calls per engine")
+    return BenchResult(headline, rows, regime, details={"tokens_per_s": {c: r["tokens_per_s"] for c, r in results.items()}})
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    h = result.headline
+    a.bar(CONFIGS, [h[f"{c}_tokens_per_s"] for c in CONFIGS], color=["grey", "tab:blue", "tab:orange"])
+    a.set_ylabel("tokens/s (median)")
+    a.set_title("vLLM generation: rlweave absent / disabled / enabled")
+    for i, c in enumerate(CONFIGS):
+        a.scatter([i] * len(result.details["tokens_per_s"][c]), result.details["tokens_per_s"][c], color="k", s=8)
+    b.bar(["0 impls", "1 impl", "firstresult"],
+          [h["hook_call_no_impl_us"], h["hook_call_us"], h["firstresult_call_us"]])
+    b.set_ylabel("µs per hook call")
+    b.set_title("pluggy dispatch")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker-out", required=True)
+    add_arguments(parser)
+    worker(parser.parse_args())

@@ -1,0 +1,119 @@
+"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``demo``, ``models``.
+
+Commands that need a framework this interpreter lacks re-launch themselves in the environment
+that has it (see :mod:`rlweave.environments`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from rlweave.environments import has_module, relaunch_in
+
+err = Console(stderr=True)
+
+
+def _table(title: str, rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in rows[0]:
+        table.add_column(header)
+    for row in rows[1:]:
+        table.add_row(*row)
+    return table
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rlweave.doctor import report
+
+    console = Console()
+    for title, rows in report():
+        console.print(_table(title, rows))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    from rlweave.benchmarks import BENCHMARKS
+
+    bench = BENCHMARKS[args.name]
+    if not has_module(bench.needs):
+        return relaunch_in(bench.needs, argv)
+    import random
+
+    import numpy as np
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    result = bench.run(args)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = bench.plot(result, out_dir / f"{args.name}.png")
+    record = {"benchmark": args.name, "argv": argv, "regime": result.regime,
+              "headline": result.headline, "details": result.details, "png": str(png)}
+    (out_dir / f"{args.name}.json").write_text(json.dumps(record, indent=2))
+    if args.json:
+        print(json.dumps(result.headline))
+    else:
+        console = Console()
+        console.print(_table(f"rlweave bench {args.name}", result.rows))
+        console.print(f"regime: {result.regime}")
+        console.print(f"wrote {out_dir / (args.name + '.json')} and {png}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
+    if not has_module("vllm"):
+        return relaunch_in("vllm", argv)
+    from rlweave.demo import run_demo
+
+    return run_demo(Path(args.out))
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from rlweave.tiny_models import MODEL_NAMES, ensure_tiny_model
+
+    for name in args.names or MODEL_NAMES:
+        print(ensure_tiny_model(name))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rlweave.benchmarks import BENCHMARKS
+
+    parser = argparse.ArgumentParser(prog="rlweave", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="frameworks, versions, plugins and patches")
+    bench = sub.add_parser("bench", help="run one benchmark side by side with the framework default")
+    bench_sub = bench.add_subparsers(dest="name", required=True)
+    for b in BENCHMARKS.values():
+        p = bench_sub.add_parser(b.name, help=b.summary)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--out", default="bench-results", help="folder for the JSON and PNG")
+        b.add_arguments(p)
+    demo = sub.add_parser("demo", help="the end-to-end showcase on CPU")
+    demo.add_argument("--out", default="bench-results/demo")
+    models = sub.add_parser("models", help="build the tiny random-weight models (cached)")
+    models.add_argument("names", nargs="*")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.command == "doctor":
+        return cmd_doctor(args)
+    if args.command == "bench":
+        return cmd_bench(args, argv)
+    if args.command == "demo":
+        return cmd_demo(args, argv)
+    return cmd_models(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""``rlweave doctor``: which frameworks each environment holds, whether rlweave supports them,
+which plugins this process would enable, and which patches would apply."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
+from rlweave.environments import ENVIRONMENTS, site_packages
+from rlweave.frameworks import FRAMEWORKS
+from rlweave.patches import PATCHES
+
+
+def _found_versions() -> dict[str, list[tuple[str, str]]]:
+    """framework -> [(environment, version)] over this interpreter and every rlweave env."""
+    found: dict[str, list[tuple[str, str]]] = {name: [] for name in FRAMEWORKS}
+    this_env = Path(sys.prefix).name
+    for name, fw in FRAMEWORKS.items():
+        here = fw.find_version()
+        if here and this_env not in ENVIRONMENTS:
+            found[name].append((f"{sys.prefix} (this interpreter)", here))
+        for env in ENVIRONMENTS:
+            paths = site_packages(env)
+            version = fw.find_version(paths) if paths else None
+            if version:
+                found[name].append((env, version))
+    return found
+
+
+def report() -> list[tuple[str, list[list[str]]]]:
+    found = _found_versions()
+    frameworks = [["framework", "environment", "version", "supported", "status", "loads rlweave via"]]
+    for name, fw in FRAMEWORKS.items():
+        if not found[name]:
+            frameworks.append([name, "-", "-", fw.supported_range, "not found", fw.door])
+        for where, version in found[name]:
+            status = "supported" if fw.is_supported(version) else "UNSUPPORTED"
+            frameworks.append([name, where, version, fw.supported_range, status, fw.door])
+
+    try:
+        config, problem = build_config(settings_from_env()), ""
+    except ConfigError as error:
+        config, problem = RlweaveConfig(), str(error)
+    plugins = [["plugin", "paper", "available", "enabled here"]]
+    for name, section in config.sections():
+        plugins.append([name, section.paper, "yes" if section.available else "not yet",
+                        "yes" if section.enable else "no"])
+    if problem:
+        plugins.append(["CONFIG ERROR", problem, "", ""])
+
+    patches = [["patch", "replaces", "would apply to", "why"]]
+    for patch in PATCHES:
+        versions = [v for _, v in found[patch.framework]]
+        applies = ", ".join(f"{patch.framework} {v}" for v in versions if patch.applies_to(v))
+        patches.append([patch.name, patch.target.rsplit(".", 2)[-2] + "." + patch.target.rsplit(".", 1)[-1],
+                        applies or "no installed version", patch.why])
+    return [("Frameworks", frameworks), ("Plugins (RLWEAVE__* in this environment)", plugins),
+            ("Patches", patches)]
