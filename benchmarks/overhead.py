@@ -11,16 +11,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import timeit
 from pathlib import Path
 
 from rlweave.benchmarks import BenchResult
+from rlweave.benchmarks.vllm_generate import generate_in_fresh_engine
 from rlweave.hookspecs import hookimpl
 
 VLLM_OWN_PLUGINS = "lora_filesystem_resolver,lora_hf_hub_resolver"
@@ -49,10 +48,10 @@ class _NoOp:
 
 def hook_call_us(calls: int) -> dict[str, float]:
     from rlweave.config import RlweaveConfig
-    from rlweave.host import _build_plugin_manager
+    from rlweave.host import build_plugin_manager
     from rlweave.types import EngineInfo, EngineStep
 
-    pm = _build_plugin_manager(RlweaveConfig())
+    pm = build_plugin_manager(RlweaveConfig())
     step = EngineStep("e", 1, 0, 1, 0.0, 0.0)
     engine = EngineInfo("vllm", "e", 16, 1024)
     out = {"no_impl_us": timeit.timeit(lambda: pm.hook.rlweave_engine_step(step=step), number=calls)}
@@ -63,7 +62,8 @@ def hook_call_us(calls: int) -> dict[str, float]:
     return {k: v / calls * 1e6 for k, v in out.items()}
 
 
-def _engine_env(config: str, trace_dir: str) -> dict[str, str]:
+def engine_env(config: str, trace_dir: str) -> dict[str, str]:
+    """The environment of an engine process with rlweave absent, disabled or enabled."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if config == "absent":
@@ -73,29 +73,6 @@ def _engine_env(config: str, trace_dir: str) -> dict[str, str]:
     return env
 
 
-def worker(args: argparse.Namespace) -> None:
-    """In a fresh process: one engine, a warm-up, then ``repeats`` timed generate calls."""
-    import time
-
-    from vllm import LLM, SamplingParams
-
-    from rlweave.tiny_models import ensure_tiny_model
-
-    llm = LLM(model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, seed=0,
-              max_num_seqs=args.max_num_seqs)
-    prompts = [f"what is {i} plus {3 * i + 1}? think step by step" for i in range(args.requests)]
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    llm.generate(prompts[:4], params, use_tqdm=False)
-    rates, tokens = [], None
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        elapsed = time.perf_counter() - t0
-        tokens = [list(o.outputs[0].token_ids) for o in outs]
-        rates.append(sum(map(len, tokens)) / elapsed)
-    Path(args.worker_out).write_text(json.dumps({"tokens_per_s": rates, "tokens": tokens}))
-
-
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
@@ -103,13 +80,9 @@ def run(args: argparse.Namespace) -> BenchResult:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for config in tqdm(CONFIGS, desc="vLLM engines", file=sys.stderr):
-            out = Path(tmp) / f"{config}.json"
-            cmd = [sys.executable, "-m", "rlweave.benchmarks.overhead", "--worker-out", str(out),
-                   "--requests", str(args.requests), "--max-tokens", str(args.max_tokens),
-                   "--max-num-seqs", str(args.max_num_seqs), "--repeats", str(args.repeats)]
-            subprocess.run(cmd, env=_engine_env(config, str(Path(tmp) / "trace")), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            results[config] = json.loads(out.read_text())
+            results[config] = generate_in_fresh_engine(
+                engine_env(config, tmp), requests=args.requests, max_tokens=args.max_tokens,
+                max_num_seqs=args.max_num_seqs, repeats=args.repeats)
     tps = {c: statistics.median(r["tokens_per_s"]) for c, r in results.items()}
     identical = all(results[c]["tokens"] == results["absent"]["tokens"] for c in CONFIGS)
     headline = {
@@ -159,10 +132,3 @@ def plot(result: BenchResult, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--worker-out", required=True)
-    add_arguments(parser)
-    worker(parser.parse_args())

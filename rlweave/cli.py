@@ -16,10 +16,14 @@ from rich.table import Table
 
 from rlweave.environments import has_module, relaunch_in
 
-err = Console(stderr=True)
 
 
-def _table(title: str, rows: list[list[str]]) -> Table:
+def console() -> Console:
+    """Wide enough for rlweave's tables even when the output is piped (rich assumes 80)."""
+    return Console(width=max(Console().width, 132))
+
+
+def table_of(title: str, rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for header in rows[0]:
         table.add_column(header)
@@ -31,9 +35,9 @@ def _table(title: str, rows: list[list[str]]) -> Table:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rlweave.doctor import report
 
-    console = Console()
+    out = console()
     for title, rows in report():
-        console.print(_table(title, rows))
+        out.print(table_of(title, rows))
     return 0
 
 
@@ -59,10 +63,10 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.json:
         print(json.dumps(result.headline))
     else:
-        console = Console()
-        console.print(_table(f"rlweave bench {args.name}", result.rows))
-        console.print(f"regime: {result.regime}")
-        console.print(f"wrote {out_dir / (args.name + '.json')} and {png}")
+        out = console()
+        out.print(table_of(f"rlweave bench {args.name}", result.rows))
+        out.print(f"regime: {result.regime}")
+        out.print(f"wrote {out_dir / (args.name + '.json')} and {png}")
     return 0
 
 

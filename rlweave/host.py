@@ -53,7 +53,7 @@ _lock = threading.Lock()
 _host: Host | None = None
 
 
-def _build_plugin_manager(config: RlweaveConfig) -> pluggy.PluginManager:
+def build_plugin_manager(config: RlweaveConfig) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(PROJECT)
     for module in SPEC_MODULES:
         pm.add_hookspecs(importlib.import_module(module))
@@ -85,7 +85,7 @@ def activate(settings: Iterable[Setting] = (), *, export_env: bool = True) -> Ho
     config = build_config([*settings_from_env(), *settings])
     with _lock:
         if _host is None or _host.config != config:
-            _host = Host(config, _build_plugin_manager(config))
+            _host = Host(config, build_plugin_manager(config))
         if export_env:
             os.environ.update(to_env(config))
         return _host

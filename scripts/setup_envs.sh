@@ -69,7 +69,7 @@ build_sglang() {
   # sglang pins CUDA torch 2.14.1 and CUDA kernels; its plugin loader needs only these.
   pipc "$d" --no-deps sglang==0.5.23
   pipc "$d" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic \
-      pyzmq tqdm ipython aiohttp
+      pyzmq tqdm ipython aiohttp triton
   finish "$d"
   install_rlweave "$d"
 }
@@ -81,3 +81,8 @@ for t in "${targets[@]}"; do
     *) echo "unknown environment '$t' (choose from: core vllm mcore sglang)" >&2; exit 2 ;;
   esac
 done
+
+# The tiny random-weight models every test, benchmark and demo loads (cached, built once).
+if [[ -x $ROOT/.venv/bin/rlweave ]]; then
+  "$ROOT/.venv/bin/rlweave" models >/dev/null && echo "[setup] tiny models ready"
+fi

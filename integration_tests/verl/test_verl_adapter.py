@@ -1,0 +1,61 @@
+"""verl loads rlweave through its ``verl.plugins`` entry point: in a fresh ``import verl``, in
+verl's real ``main_ppo`` command line, and in the workers of a Ray worker group on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlweave.tracing import load_events
+
+HERE = Path(__file__).resolve().parent
+REGISTRY = ("import verl; from verl.experimental.agent_loop.agent_loop import _agent_loop_registry; "
+            "print(sorted(_agent_loop_registry))")
+
+
+def python(*args: str, timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
+    base["RAY_AUTH_MODE"] = "disabled"
+    return subprocess.run([sys.executable, *args], env=base | env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.timeout(200)
+def test_import_verl_loads_the_adapter_and_registers_the_agent_loop(tmp_path):
+    proc = python("-c", REGISTRY, RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rlweave_single_turn" in proc.stdout
+    loaded = [e for e in load_events(tmp_path) if e["name"] == "framework_loaded"]
+    assert [e["args"]["name"] for e in loaded] == ["verl"]
+
+
+@pytest.mark.timeout(200)
+def test_disabled_leaves_verls_registry_as_it_was():
+    proc = python("-c", REGISTRY)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rlweave" not in proc.stdout
+
+
+@pytest.mark.timeout(200)
+def test_a_misspelt_flag_stops_verls_own_trainer_with_one_clear_message():
+    proc = python("-m", "verl.trainer.main_ppo", "+rlweave.tracing.enabel=true")
+    assert proc.returncode != 0
+    assert "rlweave: unknown option 'rlweave.tracing.enabel'" in proc.stderr
+    assert "Options of rlweave.tracing: enable, dir" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_ray_worker_group_on_cpu_calls_the_stage_hook(tmp_path):
+    proc = python(str(HERE / "ray_worker_group.py"), timeout=280,
+                  RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    workers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [w["result"] for w in workers] == [3, 13] and all(w["active"] for w in workers)
+    spans = [e for e in load_events(tmp_path) if e["name"] == "update_actor"]
+    assert {e["pid"] for e in spans} == {w["pid"] for w in workers}
+    assert {e["worker"] for e in spans} == {"actor-rank0", "actor-rank1"}

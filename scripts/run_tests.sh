@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# rlweave's whole test suite: builds/updates the environments, then runs the unit tests and each
+# framework's integration group in that framework's own environment. Fails if any group fails,
+# could not run, or ran no test.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+scripts/setup_envs.sh || { echo "environment setup failed" >&2; exit 1; }
+
+REPORTS=$(mktemp -d)
+declare -a FAILED=()
+run_group() {  # run_group NAME ENV PATH
+  local name=$1 env=$2 path=$3
+  echo; echo "=== $name ($env) ==="
+  timeout 1800 "$ROOT/$env/bin/python" -m pytest "$path" -q -p no:cacheprovider \
+      --junitxml="$REPORTS/$name.xml"
+  local rc=$?
+  [[ $rc -eq 0 ]] || FAILED+=("$name (pytest exit $rc)")
+}
+run_group unit .venv tests
+run_group verl .venv integration_tests/verl
+run_group vllm .venv-vllm integration_tests/vllm
+run_group megatron .venv-mcore integration_tests/megatron
+run_group sglang .venv-sglang integration_tests/sglang
+
+echo
+.venv/bin/python - "$REPORTS" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+totals = dict(tests=0, failures=0, errors=0, skipped=0)
+for report in sorted(pathlib.Path(sys.argv[1]).glob("*.xml")):
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in totals}
+    print(f"{report.stem:10s} {counts['tests']:4d} tests, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+    totals = {k: totals[k] + counts[k] for k in totals}
+failed = totals["failures"] + totals["errors"]
+print(f"tests: {totals['tests'] - failed - totals['skipped']} passed, {failed} failed, {totals['skipped']} skipped")
+PY
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  printf 'FAILED group: %s\n' "${FAILED[@]}" >&2
+  exit 1
+fi

@@ -1,0 +1,67 @@
+"""The house rules a test can check: plugins stay framework-free, every package ships."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAMEWORKS = {"verl", "vllm", "sglang", "megatron", "ray", "torch"}
+MAPPING = {"rlweave": "rlweave", "rlweave.plugins": "plugins", "rlweave.adapters": "adapters",
+           "rlweave.patches": "patches", "rlweave.benchmarks": "benchmarks"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("folder", ["plugins", "rlweave"])
+def test_plugins_and_core_never_import_a_framework(folder):
+    offenders = {str(p.relative_to(ROOT)): imported_roots(p) & FRAMEWORKS
+                 for p in (ROOT / folder).rglob("*.py")}
+    offenders = {p: bad for p, bad in offenders.items() if bad and not p.endswith("tiny_models.py")}
+    assert offenders == {}
+
+
+def package_folders() -> set[str]:
+    found = set()
+    for package, folder in MAPPING.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([package, *rel.parts]) if rel.parts else package)
+    return found
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert package_folders() == listed
+
+
+def test_wheel_installs_in_a_fresh_venv_and_imports_every_subpackage(tmp_path):
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("rlweave-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([venv / "bin" / "pip", "install", "-q", str(wheel)], check=True)
+    modules = sorted(package_folders())
+    code = ("import importlib, rlweave; "
+            f"[importlib.import_module(m) for m in {modules!r}]; "
+            "from importlib.resources import files; "
+            "assert files('rlweave.patches').joinpath('vllm_scheduler_cls/upstream.md').is_file(); "
+            "print(rlweave.__file__)")
+    out = subprocess.run([venv / "bin" / "python", "-c", code], check=True, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert str(venv) in out.stdout
+    subprocess.run([venv / "bin" / "rlweave", "--help"], check=True, capture_output=True)

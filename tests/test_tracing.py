@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+
+from rlweave.tracing import Tracer, lane_summaries, load_events, write_chrome_trace, write_timeline_png
+
+
+def test_spans_round_trip_through_files_and_exports(tmp_path):
+    tracer = Tracer()
+    tracer.configure(tmp_path / "t", process_name="driver")
+    tracer.record_span("generate", "actor", 0.0, 2e6, step=1)
+    tracer.record_span("update_actor", "actor", 3e6, 4e6)
+    tracer.record_span("generate", "rollout", 0.0, 4e6)
+    tracer.instant("step_end", "trainer", step=1)
+    tracer.flush()
+    events = load_events(tmp_path / "t")
+    assert [e["name"] for e in events if e["ph"] == "X"] == ["generate", "generate", "update_actor"]
+
+    lanes = {lane.worker: lane for lane in lane_summaries(events)}
+    assert lanes["actor"].busy_fraction == 0.75  # 3 of 4 seconds
+    assert lanes["rollout"].busy_fraction == 1.0
+
+    chrome = json.loads(write_chrome_trace(events, tmp_path / "trace.json").read_text())
+    phases = {e["ph"] for e in chrome["traceEvents"]}
+    assert {"M", "X", "i"} <= phases
+    png = write_timeline_png(events, tmp_path / "timeline.png", "test")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_overlapping_spans_count_once():
+    events = [{"name": "a", "ph": "X", "ts": 0.0, "dur": 2.0, "worker": "w"},
+              {"name": "b", "ph": "X", "ts": 1.0, "dur": 2.0, "worker": "w"},
+              {"name": "c", "ph": "X", "ts": 0.0, "dur": 4.0, "worker": "v"}]
+    lanes = {lane.worker: lane.busy_fraction for lane in lane_summaries(events)}
+    assert lanes == {"v": 1.0, "w": 0.75}
+
+
+def test_disabled_tracer_records_nothing(tmp_path):
+    tracer = Tracer()
+    with tracer.span("x", "w"):
+        pass
+    tracer.instant("y", "w")
+    assert tracer.flush() is None
