@@ -44,7 +44,7 @@ PATCHES: tuple[Patch, ...] = (
         framework="vllm",
         versions=SpecifierSet(">=0.32.0,<0.33"),
         target="vllm.config.scheduler.SchedulerConfig.get_scheduler_cls",
-        why="engine uses rlweave's scheduler when a plugin schedules and none was configured",
+        why="EngineCore builds rlweave's scheduler subclass when a plugin uses engine hooks and no scheduler_cls is set",
     ),
 )
 
