@@ -19,6 +19,11 @@ from packaging.version import Version
 Revert = Callable[[], None]
 
 
+# When a patch group is applied:
+PLUGINS = "plugins"  # some rlweave plugin is enabled in this process
+VERL_CPU = "verl-cpu"  # verl's CPU platform is selected (VERL_PLATFORM=cpu)
+
+
 @dataclass(frozen=True)
 class Patch:
     name: str  # the package under rlweave.patches
@@ -26,6 +31,7 @@ class Patch:
     versions: SpecifierSet  # versions the patch was written and tested for
     target: str  # the dotted name it replaces
     why: str  # one line for `rlweave doctor`
+    group: str = PLUGINS
 
     def applies_to(self, version: str) -> bool:
         return Version(Version(version).base_version) in self.versions
@@ -46,6 +52,30 @@ PATCHES: tuple[Patch, ...] = (
         target="vllm.config.scheduler.SchedulerConfig.get_scheduler_cls",
         why="EngineCore builds rlweave's scheduler subclass when a plugin uses engine hooks and no scheduler_cls is set",
     ),
+    Patch(
+        name="verl_gloo_backend",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.utils.distributed.initialize_global_process_group_ray",
+        why="on CPU verl asks torch for backend 'cpu:gloo,cpu:gloo', which torch rejects",
+        group=VERL_CPU,
+    ),
+    Patch(
+        name="vllm_cpu_keep_weights",
+        framework="vllm",
+        versions=SpecifierSet(">=0.32.0,<0.33"),
+        target="vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm",
+        why="vllm-cpu drops linear weights after packing them, so RL weight updates fail",
+        group=VERL_CPU,
+    ),
+    Patch(
+        name="vllm_pause_generation_compat",
+        framework="vllm",
+        versions=SpecifierSet(">=0.32.0,<0.33"),
+        target="vllm.v1.engine.async_llm.AsyncLLM.pause_generation",
+        why="verl 0.9 passes wait_for_inflight_requests, which vLLM 0.32 removed",
+        group=VERL_CPU,
+    ),
 )
 
 
@@ -56,14 +86,14 @@ class PatchVersionError(RuntimeError):
 _applied: dict[str, Revert] = {}
 
 
-def patches_for(framework: str) -> list[Patch]:
-    return [p for p in PATCHES if p.framework == framework]
+def patches_for(framework: str, group: str) -> list[Patch]:
+    return [p for p in PATCHES if p.framework == framework and p.group == group]
 
 
-def apply_patches(framework: str, version: str) -> list[str]:
-    """Apply ``framework``'s patches once per process; returns the names applied now."""
+def apply_patches(framework: str, version: str, group: str = PLUGINS) -> list[str]:
+    """Apply ``framework``'s patches of ``group`` once per process; returns those applied now."""
     applied = []
-    for patch in patches_for(framework):
+    for patch in patches_for(framework, group):
         if patch.name in _applied:
             continue
         if not patch.applies_to(version):

@@ -7,6 +7,7 @@ it raises one clear error; with rlweave off it is never called, so nothing chang
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,3 +81,9 @@ def require_supported(name: str) -> str:
             f"+rlweave.* overrides)."
         )
     return version
+
+
+def verl_cpu_platform_selected() -> bool:
+    """Whether this process runs verl on rlweave's CPU platform (``VERL_PLATFORM=cpu``, verl's
+    own platform switch). Ray workers and vLLM servers started by verl inherit it."""
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu"

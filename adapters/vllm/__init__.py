@@ -1,8 +1,10 @@
 """vLLM adapter, loaded by vLLM's ``vllm.general_plugins`` entry point in every vLLM process
 (frontend, EngineCore, workers).
 
-With no rlweave plugin enabled it returns at once. Otherwise it checks vLLM's version, applies
-the vLLM patches (so the EngineCore builds rlweave's scheduler) and fires
+With no rlweave plugin enabled and verl's CPU platform not selected it returns at once.
+Otherwise it checks vLLM's version and applies what is asked for: the CPU-support patches
+when verl runs on its CPU platform (``VERL_PLATFORM=cpu``), and, when a plugin is enabled, the
+patch that makes the EngineCore build rlweave's scheduler, then fires
 ``rlweave_framework_loaded``.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 
+from rlweave.frameworks import verl_cpu_platform_selected
 from rlweave.host import get_host
 from rlweave.types import FrameworkInfo
 
@@ -20,13 +23,17 @@ def register() -> None:
     """vLLM calls this once per process (``load_general_plugins``); safe to call again."""
     global _registered
     host = get_host()
-    if _registered or not host.active:
+    on_verl_cpu = verl_cpu_platform_selected()
+    if _registered or not (host.active or on_verl_cpu):
         return
     from rlweave.frameworks import require_supported
-    from rlweave.patches import apply_patches
+    from rlweave.patches import PLUGINS, VERL_CPU, apply_patches
 
     version = require_supported("vllm")
-    apply_patches("vllm", version)
+    if on_verl_cpu:
+        apply_patches("vllm", version, VERL_CPU)
+    if host.active:
+        apply_patches("vllm", version, PLUGINS)
+        role = multiprocessing.current_process().name
+        host.hook.rlweave_framework_loaded(framework=FrameworkInfo("vllm", version, role))
     _registered = True
-    role = multiprocessing.current_process().name
-    host.hook.rlweave_framework_loaded(framework=FrameworkInfo("vllm", version, role))

@@ -1,0 +1,130 @@
+"""verl's own trainer (``python -m verl.trainer.main_ppo``) on CPU, as a subprocess.
+
+:func:`verl_command` builds the command line for one of :data:`MODES` on the tiny model and the
+arithmetic task; :func:`run_verl` runs it with a timeout and returns verl's per-step metrics
+(parsed from verl's console logger) and, when tracing is on, rlweave's stage trace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlweave.tiny_models import ensure_tiny_model
+
+# Mode -> the overrides that make it, on top of the GRPO base.
+MODES: dict[str, tuple[str, ...]] = {
+    "grpo": (),
+    "grpo_kl": ("actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8"),
+    "ppo_critic": ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
+                   "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=False",
+                   "critic.model.enable_gradient_checkpointing=False"),
+    "two_ranks": ("trainer.n_gpus_per_node=2",),
+    "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
+}
+STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+
+
+@dataclass
+class VerlRun:
+    returncode: int
+    seconds: float
+    steps: dict[int, dict[str, float]]
+    log: str
+    trace_dir: Path | None = None
+    checkpoint_dir: Path | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    from rlweave.adapters.verl.cpu import CPU_OVERRIDES
+    from rlweave.benchmarks.arithmetic_task import write_dataset
+
+    train, val = write_dataset(workdir / "data", seed=seed)
+    model = ensure_tiny_model("tiny-llama")
+    gpus = 2 if mode == "two_ranks" else 1
+    base = (
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={train}", f"data.val_files={val}", f"data.seed={seed}",
+        "data.train_batch_size=4", "data.max_prompt_length=64", "data.max_response_length=32",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.enforce_eager=True", "actor_rollout_ref.rollout.max_num_seqs=16",
+        "actor_rollout_ref.rollout.max_model_len=128",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "reward.num_workers=1",
+        "reward.custom_reward_function.path=pkg://rlweave.benchmarks.arithmetic_task",
+        "reward.custom_reward_function.name=compute_score",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        f"trainer.n_gpus_per_node={gpus}", "trainer.nnodes=1", "trainer.logger=[console]",
+        "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
+        "trainer.project_name=rlweave", f"trainer.experiment_name={mode}",
+        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={gpus}",
+    )
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra]
+
+
+def verl_env(trace_dir: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
+    env.update(VERL_PLATFORM="cpu", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
+               HYDRA_FULL_ERROR="1", WANDB_MODE="disabled", RAY_DEDUP_LOGS="0",
+               RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    if trace_dir is not None:
+        env.update(RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=str(trace_dir))
+    return env
+
+
+def parse_steps(log: str) -> dict[int, dict[str, float]]:
+    """verl's console logger prints ``step:N - key:value - key:value ...`` once per step."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.splitlines():
+        match = STEP_LINE.search(line)
+        if not match:
+            continue
+        values = {}
+        for item in match.group(2).split(" - "):
+            key, _, value = item.rpartition(":")
+            try:
+                values[key.strip()] = float(value)
+            except ValueError:
+                continue
+        steps[int(match.group(1))] = values
+    return steps
+
+
+def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
+             trace: bool = True, timeout_s: int = 900, extra: tuple[str, ...] = ()) -> VerlRun:
+    """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    trace_dir = workdir / "trace" if trace else None
+    cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, extra=extra)
+    start = time.perf_counter()
+    log_path = workdir / f"{mode}.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(cmd, env=verl_env(trace_dir), stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=workdir)
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            raise TimeoutError(f"verl {mode} ran past {timeout_s}s; log: {log_path}") from None
+    log = log_path.read_text()
+    return VerlRun(returncode, time.perf_counter() - start, parse_steps(log), log, trace_dir,
+                   workdir / "ckpt")
