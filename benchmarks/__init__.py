@@ -3,7 +3,7 @@ side by side in one run, on the same workload, and reports ratios with their low
 
 A benchmark module provides ``add_arguments(parser)``, ``run(args) -> BenchResult`` and
 ``plot(result, path) -> path``, importing its framework only inside them; it is listed here
-with the framework it needs, so the CLI can re-launch itself in that environment.
+with the frameworks it needs, so the CLI can re-launch itself in the environment that has them.
 """
 
 from __future__ import annotations
@@ -19,19 +19,21 @@ from typing import Any
 class BenchResult:
     """``headline``: the figures ``--json`` prints; ``rows``: the table (first row = header);
     ``regime``: the conditions measured in, in words; ``details``: everything else for the
-    JSON file and the plot."""
+    JSON file; ``events``: trace events for the plot (not written to the JSON)."""
 
     headline: dict[str, Any]
     rows: list[list[str]]
     regime: str
     details: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Benchmark:
     name: str
     module: str
-    needs: str  # the import that must be available (decides the environment)
+    needs: tuple[str, ...]  # imports it needs
+    env: str  # the rlweave environment that has them
     summary: str
 
     def load(self) -> Any:
@@ -50,7 +52,9 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("overhead", "rlweave.benchmarks.overhead", "vllm",
+        Benchmark("overhead", "rlweave.benchmarks.overhead", ("vllm",), ".venv-vllm",
                   "hook dispatch cost, and vLLM tokens/s with rlweave absent, disabled, enabled"),
+        Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",
+                  "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
     )
 }

@@ -25,7 +25,9 @@ MODES: dict[str, tuple[str, ...]] = {
     "ppo_critic": ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
                    "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=False",
                    "critic.model.enable_gradient_checkpointing=False"),
-    "two_ranks": ("trainer.n_gpus_per_node=2",),
+    # 8 samples over 2 ranks: 4 per rank, so micro-batches of 4.
+    "two_ranks": ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"),
     "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
 }
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
@@ -43,12 +45,12 @@ class VerlRun:
 
 
 def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
-                 extra: tuple[str, ...] = ()) -> list[str]:
+                 model_name: str = "tiny-llama", extra: tuple[str, ...] = ()) -> list[str]:
     from rlweave.adapters.verl.cpu import CPU_OVERRIDES
     from rlweave.benchmarks.arithmetic_task import write_dataset
 
     train, val = write_dataset(workdir / "data", seed=seed)
-    model = ensure_tiny_model("tiny-llama")
+    model = ensure_tiny_model(model_name)
     gpus = 2 if mode == "two_ranks" else 1
     base = (
         "algorithm.adv_estimator=grpo",
@@ -110,11 +112,13 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 
 
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
-             trace: bool = True, timeout_s: int = 900, extra: tuple[str, ...] = ()) -> VerlRun:
+             model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
+             extra: tuple[str, ...] = ()) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
-    cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, extra=extra)
+    cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
+                       extra=extra)
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:

@@ -31,7 +31,7 @@ class Patch:
     versions: SpecifierSet  # versions the patch was written and tested for
     target: str  # the dotted name it replaces
     why: str  # one line for `rlweave doctor`
-    group: str = PLUGINS
+    groups: tuple[str, ...] = (PLUGINS,)
 
     def applies_to(self, version: str) -> bool:
         return Version(Version(version).base_version) in self.versions
@@ -58,7 +58,31 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.9.0,<0.10"),
         target="verl.utils.distributed.initialize_global_process_group_ray",
         why="on CPU verl asks torch for backend 'cpu:gloo,cpu:gloo', which torch rejects",
-        group=VERL_CPU,
+        groups=(VERL_CPU,),
+    ),
+    Patch(
+        name="verl_cpu_unpinned_offload",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy",
+        why="verl pins the reference model's offloaded memory, which needs an accelerator",
+        groups=(VERL_CPU,),
+    ),
+    Patch(
+        name="verl_value_model_attention",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.utils.model.load_valuehead_model",
+        why="verl loads the critic with FlashAttention-2 hard-coded, which needs CUDA",
+        groups=(VERL_CPU,),
+    ),
+    Patch(
+        name="verl_mixtral_weight_names",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.workers.engine.fsdp.transformer_impl.unfuse_moe_params",
+        why="verl syncs Mixtral experts under names vLLM's Mixtral does not load, then hangs",
+        groups=(VERL_CPU, PLUGINS),
     ),
     Patch(
         name="vllm_cpu_keep_weights",
@@ -66,7 +90,7 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.32.0,<0.33"),
         target="vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm",
         why="vllm-cpu drops linear weights after packing them, so RL weight updates fail",
-        group=VERL_CPU,
+        groups=(VERL_CPU,),
     ),
     Patch(
         name="vllm_pause_generation_compat",
@@ -74,7 +98,7 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.32.0,<0.33"),
         target="vllm.v1.engine.async_llm.AsyncLLM.pause_generation",
         why="verl 0.9 passes wait_for_inflight_requests, which vLLM 0.32 removed",
-        group=VERL_CPU,
+        groups=(VERL_CPU,),
     ),
 )
 
@@ -87,7 +111,7 @@ _applied: dict[str, Revert] = {}
 
 
 def patches_for(framework: str, group: str) -> list[Patch]:
-    return [p for p in PATCHES if p.framework == framework and p.group == group]
+    return [p for p in PATCHES if p.framework == framework and group in p.groups]
 
 
 def apply_patches(framework: str, version: str, group: str = PLUGINS) -> list[str]:

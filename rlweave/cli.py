@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlweave.environments import has_module, relaunch_in
+from rlweave.environments import ensure_modules
 
 
 
@@ -45,8 +45,7 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     from rlweave.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS[args.name]
-    if not has_module(bench.needs):
-        return relaunch_in(bench.needs, argv)
+    ensure_modules(bench.needs, bench.env, argv)
     import random
 
     import numpy as np
@@ -71,8 +70,7 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
-    if not has_module("vllm"):
-        return relaunch_in("vllm", argv)
+    ensure_modules(("verl", "vllm"), ".venv-verl", argv)
     from rlweave.demo import run_demo
 
     return run_demo(Path(args.out))

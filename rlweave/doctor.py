@@ -9,7 +9,7 @@ from pathlib import Path
 from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
 from rlweave.environments import ENVIRONMENTS, site_packages
 from rlweave.frameworks import FRAMEWORKS
-from rlweave.patches import PATCHES
+from rlweave.patches import PATCHES, PLUGINS, VERL_CPU
 
 
 def _found_versions() -> dict[str, list[tuple[str, str]]]:
@@ -49,11 +49,13 @@ def report() -> list[tuple[str, list[list[str]]]]:
     if problem:
         plugins.append(["CONFIG ERROR", problem, "", ""])
 
-    patches = [["patch", "replaces", "would apply to", "why"]]
+    when = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu"}
+    patches = [["patch", "replaces", "would apply to", "applied when", "why"]]
     for patch in PATCHES:
         versions = [v for _, v in found[patch.framework]]
         applies = ", ".join(f"{patch.framework} {v}" for v in versions if patch.applies_to(v))
         patches.append([patch.name, patch.target.rsplit(".", 2)[-2] + "." + patch.target.rsplit(".", 1)[-1],
-                        applies or "no installed version", patch.why])
+                        applies or "no installed version", " or ".join(when[g] for g in patch.groups),
+                        patch.why])
     return [("Frameworks", frameworks), ("Plugins (RLWEAVE__* in this environment)", plugins),
             ("Patches", patches)]

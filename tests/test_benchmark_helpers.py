@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from rlweave.benchmarks.arithmetic_task import compute_score, rows
+from rlweave.benchmarks.verl_baseline import steady_summary
+from rlweave.benchmarks.verl_runs import parse_steps
+
+
+def test_parse_steps_reads_verls_console_logger_lines():
+    log = ("(TaskRunnerV1 pid=1) step:1 - actor/pg_loss:-0.5 - timing_s/step:3.0 - note:abc\n"
+           "noise\n(TaskRunnerV1 pid=1) step:2 - actor/pg_loss:0.25 - timing_s/step:2.0\n")
+    assert parse_steps(log) == {1: {"actor/pg_loss": -0.5, "timing_s/step": 3.0},
+                                2: {"actor/pg_loss": 0.25, "timing_s/step": 2.0}}
+
+
+def test_reward_varies_within_a_group_and_rewards_the_answer():
+    assert compute_score("x", "the answer is 42", "42") > 1.0
+    assert compute_score("x", "no digits here", "42") == 0.0
+    assert compute_score("x", "7 and 8", "42") != compute_score("x", "7 and 88", "42")
+
+
+def test_prompts_are_deterministic_per_seed():
+    assert rows(4, "train", 0) == rows(4, "train", 0) != rows(4, "train", 1)
+
+
+def test_steady_summary_skips_the_first_step():
+    steps = {1: {"timing_s/step": 30.0, "timing_s/gen": 25.0},
+             2: {"timing_s/step": 2.0, "timing_s/gen": 1.0, "timing_s/update_actor": 0.5},
+             3: {"timing_s/step": 4.0, "timing_s/gen": 3.0, "timing_s/update_actor": 0.5}}
+    summary = steady_summary(steps)
+    assert summary["seconds_per_step"] == 3.0 and summary["first_step_seconds"] == 30.0
+    assert summary["stage_share"] == {"gen": round(2.0 / 3.0, 4), "update_actor": round(0.5 / 3.0, 4)}
