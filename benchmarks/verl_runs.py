@@ -29,7 +29,20 @@ MODES: dict[str, tuple[str, ...]] = {
     "two_ranks": ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"),
     "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
+    # One standalone vLLM replica on its own (logical) GPU next to the hybrid one; trainer ->
+    # standalone weights go through rlweave's gloo checkpoint engine (verl refuses "naive" here,
+    # and its other engines need CUDA/RDMA). train_batch_size = parameter_sync_step x mini-batch.
+    "separate_async": ("trainer.v1.trainer_mode=separate_async",
+                       "trainer.v1.separate_async.parameter_sync_step=1",
+                       "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+                       "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module="
+                       "rlweave.adapters.verl.gloo_checkpoint_engine"),
 }
+# Ray's logical GPUs per mode (default 1): trainer ranks plus standalone rollout slots.
+RAY_GPUS: dict[str, int] = {"two_ranks": 2, "separate_async": 2}
+# trainer.n_gpus_per_node per mode (default 1): the trainer's own ranks.
+TRAINER_GPUS: dict[str, int] = {"two_ranks": 2}
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 
 
@@ -51,7 +64,7 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
 
     train, val = write_dataset(workdir / "data", seed=seed)
     model = ensure_tiny_model(model_name)
-    gpus = 2 if mode == "two_ranks" else 1
+    gpus, ray_gpus = TRAINER_GPUS.get(mode, 1), RAY_GPUS.get(mode, 1)
     base = (
         "algorithm.adv_estimator=grpo",
         f"data.train_files={train}", f"data.val_files={val}", f"data.seed={seed}",
@@ -78,7 +91,7 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
         "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={steps}",
         f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
         "trainer.project_name=rlweave", f"trainer.experiment_name={mode}",
-        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={gpus}",
+        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={ray_gpus}",
     )
     return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra]
 

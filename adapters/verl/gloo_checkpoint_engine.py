@@ -338,11 +338,14 @@ class GlooCheckpointEngine(CheckpointEngine):
         seconds = time.perf_counter() - start
         logger.info("gloo checkpoint engine: sent %d tensors, %d bytes in %d buckets, %.3fs",
                     tensors, total_bytes, buckets, seconds)
-        return {"checkpoint_engine/gloo/send_s": seconds, "checkpoint_engine/gloo/bytes": float(total_bytes),
-                "checkpoint_engine/gloo/buckets": float(buckets), "checkpoint_engine/gloo/tensors": float(tensors)}
+        prefix = "checkpoint_engine/gloo"
+        return {f"{prefix}/send_s": seconds, f"{prefix}/bytes": float(total_bytes),
+                f"{prefix}/buckets": float(buckets), f"{prefix}/tensors": float(tensors)}
 
     @torch.no_grad()
-    async def receive_weights(self, global_steps: int | None = None) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
+    async def receive_weights(
+        self, global_steps: int | None = None
+    ) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
         """Yield ``(name, tensor)`` as buckets arrive.
 
         A yielded tensor may be a view into a bucket buffer that the next bucket overwrites, so

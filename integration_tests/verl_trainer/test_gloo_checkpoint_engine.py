@@ -56,7 +56,8 @@ def worker(role: str, index: int, conn: Any, updates: int) -> None:
         groups.append(engine.group)
         if role == "actor":
             weights = sync_weights(update) if update % 2 == 0 else async_weights(update)
-            result: dict[str, Any] = {"metrics": asyncio.run(engine.send_weights(weights, global_steps=update))}
+            metrics = asyncio.run(engine.send_weights(weights, global_steps=update))
+            result: dict[str, Any] = {"metrics": metrics}
         else:
             async def receive() -> dict[str, torch.Tensor]:
                 return {name: tensor.clone() async for name, tensor in engine.receive_weights(update)}

@@ -62,7 +62,7 @@ def test_checkpoint_resumes_at_the_next_step(grpo):
 
 
 @pytest.mark.timeout(1000)
-@pytest.mark.parametrize("mode", ["grpo_kl", "ppo_critic", "colocate_async"])
+@pytest.mark.parametrize("mode", ["grpo_kl", "ppo_critic", "colocate_async", "two_ranks", "separate_async"])
 def test_mode_runs(mode, tmp_path):
     run = run_verl(mode, tmp_path, steps=2, timeout_s=900)
     assert_trained(run, [1, 2])
@@ -73,3 +73,26 @@ def test_mode_runs(mode, tmp_path):
     if mode == "ppo_critic":
         assert math.isfinite(last["critic/vf_loss"])
         assert "timing_s/values" in last and "timing_s/update_critic" in last
+    if mode == "separate_async":  # weights reached the standalone engine through gloo
+        assert last["checkpoint_engine/gloo/bytes"] > 0
+        assert abs(last["rollout_corr/kl"]) < 0.01
+
+
+# verl's own switches for reproducible runs: seeded vLLM sampling, deterministic torch kernels.
+DETERMINISTIC = ("actor_rollout_ref.rollout.full_determinism=True",
+                 "actor_rollout_ref.actor.fsdp_config.full_determinism=True")
+COMPARED = ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy",
+            "response_length/mean")
+
+
+@pytest.mark.timeout(2000)
+def test_rlweave_installed_but_disabled_leaves_verls_metrics_unchanged(tmp_path):
+    """The same seeded run with rlweave off, and with rlweave's tracing on (every stage through
+    rlweave's hooks): verl's metrics must be identical."""
+    off = run_verl("grpo", tmp_path / "off", steps=2, trace=False, timeout_s=900, extra=DETERMINISTIC)
+    on = run_verl("grpo", tmp_path / "on", steps=2, trace=True, timeout_s=900, extra=DETERMINISTIC)
+    assert_trained(off, [1, 2])
+    assert_trained(on, [1, 2])
+    assert not list((tmp_path / "off").glob("trace/*.jsonl")), "rlweave recorded while disabled"
+    for step in (1, 2):
+        assert {k: off.steps[step][k] for k in COMPARED} == {k: on.steps[step][k] for k in COMPARED}
