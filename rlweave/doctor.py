@@ -52,7 +52,7 @@ def report() -> list[tuple[str, list[list[str]]]]:
     when = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu"}
     patches = [["patch", "replaces", "would apply to", "applied when", "why"]]
     for patch in PATCHES:
-        versions = [v for _, v in found[patch.framework]]
+        versions = sorted({v for _, v in found[patch.framework]})
         applies = ", ".join(f"{patch.framework} {v}" for v in versions if patch.applies_to(v))
         patches.append([patch.name, patch.target.rsplit(".", 2)[-2] + "." + patch.target.rsplit(".", 1)[-1],
                         applies or "no installed version", " or ".join(when[g] for g in patch.groups),
