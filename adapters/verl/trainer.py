@@ -8,6 +8,7 @@ the work, so a run's results are verl's. Installed only while a plugin implement
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -53,30 +54,32 @@ class _StageHooks:
 
     def _compute_metrics(self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int) -> Any:
         result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}
         get_host().hook.rlweave_step_end(step=int(global_steps), metrics=numeric)
         return result
 
 
-def traced(cls: type) -> type:
-    namespace = {}
-    for name, (stage, worker) in STAGE_METHODS.items():
-        def method(self: Any, *args: Any, _name: str = name, _stage: Stage = stage,
-                   _worker: str = worker, **kwargs: Any) -> Any:
-            original = getattr(cls, _name)
-            return self._rlweave_stage(_stage, _worker, lambda: original(self, *args, **kwargs),
-                                       _batch_size(args))
+def _traced_stage(cls: type, name: str, stage: Stage, worker: str) -> Callable[..., Any]:
+    original = getattr(cls, name)
 
-        method.__name__ = name
-        namespace[name] = method
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._rlweave_stage(stage, worker, lambda: original(self, *args, **kwargs), _batch_size(args))
+
+    method.__name__ = name
+    return method
+
+
+def traced(cls: type) -> type:
+    """``cls`` with every stage method of :data:`STAGE_METHODS` run through the stage hook."""
+    namespace = {name: _traced_stage(cls, name, stage, worker)
+                 for name, (stage, worker) in STAGE_METHODS.items()}
     return type(f"Rlweave{cls.__name__}", (_StageHooks, cls), namespace)
 
 
-def install() -> list[str]:
-    """Replace every registered verl trainer by its traced subclass; returns the names."""
+def install() -> None:
+    """Replace every registered verl trainer by its traced subclass (idempotent)."""
     from verl.trainer.ppo.v1 import trainer_base
 
     for name, cls in list(trainer_base.TRAINER_REGISTRY.items()):
         if not issubclass(cls, _StageHooks):
             trainer_base.TRAINER_REGISTRY[name] = traced(cls)
-    return sorted(trainer_base.TRAINER_REGISTRY)
