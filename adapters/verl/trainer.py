@@ -71,8 +71,9 @@ def _traced_stage(cls: type, name: str, stage: Stage, worker: str) -> Callable[.
 
 def traced(cls: type) -> type:
     """``cls`` with every stage method of :data:`STAGE_METHODS` run through the stage hook."""
-    namespace = {name: _traced_stage(cls, name, stage, worker)
-                 for name, (stage, worker) in STAGE_METHODS.items()}
+    namespace: dict[str, Any] = {name: _traced_stage(cls, name, stage, worker)
+                                 for name, (stage, worker) in STAGE_METHODS.items()}
+    namespace["__module__"] = __name__
     return type(f"Rlweave{cls.__name__}", (_StageHooks, cls), namespace)
 
 
