@@ -78,6 +78,15 @@ def test_mode_runs(mode, tmp_path):
         assert abs(last["rollout_corr/kl"]) < 0.01
 
 
+@pytest.mark.timeout(1000)
+def test_mixtral_actor_syncs_into_vllm(tmp_path):
+    """verl maps only Qwen-style MoE names; rlweave's verl_mixtral_weight_names patch makes a
+    Mixtral actor's weights load into vLLM's Mixtral (otherwise the first sync hangs)."""
+    run = run_verl("grpo", tmp_path, steps=2, model_name="tiny-mixtral", timeout_s=900)
+    assert_trained(run, [1, 2])
+    assert abs(run.steps[2]["rollout_corr/kl"]) < 0.01
+
+
 # A reproducible run on CPU. verl 0.9 seeds vLLM sampling per request only under
 # rollout.full_determinism, which also turns on vLLM's batch-invariant kernels, and those need
 # Triton's GPU backend. So the rollout is greedy (temperature 0), training uses verl's
