@@ -9,10 +9,10 @@ scripts/setup_envs.sh || { echo "environment setup failed" >&2; exit 1; }
 
 REPORTS=$(mktemp -d)
 declare -a FAILED=()
-run_group() {  # run_group NAME ENV PATH
-  local name=$1 env=$2 path=$3
+run_group() {  # run_group NAME ENV PATH [TIMEOUT_S]
+  local name=$1 env=$2 path=$3 limit=${4:-1200}
   echo; echo "=== $name ($env) ==="
-  timeout 1800 "$ROOT/$env/bin/python" -m pytest "$path" -q -p no:cacheprovider \
+  timeout "$limit" "$ROOT/$env/bin/python" -m pytest "$path" -q -p no:cacheprovider \
       --junitxml="$REPORTS/$name.xml"
   local rc=$?
   [[ $rc -eq 0 ]] || FAILED+=("$name (pytest exit $rc)")
@@ -22,7 +22,7 @@ run_group verl .venv integration_tests/verl
 run_group vllm .venv-vllm integration_tests/vllm
 run_group megatron .venv-mcore integration_tests/megatron
 run_group sglang .venv-sglang integration_tests/sglang
-run_group verl_trainer .venv-verl integration_tests/verl_trainer
+run_group verl_trainer .venv-verl integration_tests/verl_trainer 3000  # ~12 verl runs, ~2 min each
 
 echo
 .venv/bin/python - "$REPORTS" <<'PY'
