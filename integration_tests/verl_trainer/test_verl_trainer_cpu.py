@@ -109,4 +109,6 @@ def test_rlweave_installed_but_disabled_leaves_verls_metrics_unchanged(tmp_path)
     assert_trained(on, [1, 2])
     assert not list((tmp_path / "off").glob("trace/*.jsonl")), "rlweave recorded while disabled"
     for step in (1, 2):
-        assert {k: off.steps[step][k] for k in COMPARED} == {k: on.steps[step][k] for k in COMPARED}
+        # pg_loss of whitened advantages is a cancelling sum (~1e-7): compare to float noise.
+        expected = {k: pytest.approx(off.steps[step][k], rel=1e-5, abs=1e-6) for k in COMPARED}
+        assert {k: on.steps[step][k] for k in COMPARED} == expected
