@@ -89,10 +89,11 @@ def test_mixtral_actor_syncs_into_vllm(tmp_path):
 
 # A reproducible run on CPU. verl 0.9 seeds vLLM sampling per request only under
 # rollout.full_determinism, which also turns on vLLM's batch-invariant kernels, and those need
-# Triton's GPU backend. So the rollout is greedy (temperature 0), training uses verl's
-# deterministic FSDP switch, and advantages are REINFORCE++'s batch-whitened ones (GRPO's would
-# be zero with identical greedy samples, leaving no gradient to compare).
-DETERMINISTIC = ("actor_rollout_ref.rollout.temperature=0",
+# Triton's GPU backend. So the rollout samples from the top-1 token only (greedy tokens whatever
+# the RNG, while temperature stays 1 so the trainer's log-probs stay well-conditioned), training
+# uses verl's deterministic FSDP switch, and advantages are REINFORCE++'s batch-whitened ones
+# (GRPO's would be zero with identical greedy samples, leaving no gradient to compare).
+DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
                  "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
                  "algorithm.adv_estimator=reinforce_plus_plus")
 COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm",
@@ -109,6 +110,8 @@ def test_rlweave_installed_but_disabled_leaves_verls_metrics_unchanged(tmp_path)
     assert_trained(on, [1, 2])
     assert not list((tmp_path / "off").glob("trace/*.jsonl")), "rlweave recorded while disabled"
     for step in (1, 2):
-        # pg_loss of whitened advantages is a cancelling sum (~1e-7): compare to float noise.
-        expected = {k: pytest.approx(off.steps[step][k], rel=1e-5, abs=1e-6) for k in COMPARED}
+        # Training on CPU is not bitwise reproducible run to run even with verl's
+        # full_determinism (grad norm seen to vary by ~1e-5 relative), and pg_loss of whitened
+        # advantages is a cancelling sum near 1e-7: compare to that float noise.
+        expected = {k: pytest.approx(off.steps[step][k], rel=1e-4, abs=1e-6) for k in COMPARED}
         assert {k: on.steps[step][k] for k in COMPARED} == expected
