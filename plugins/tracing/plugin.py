@@ -40,6 +40,7 @@ def rlweave_run_stage(context: StageContext, run: Callable[[], Any]) -> Any:
 @hookimpl
 def rlweave_step_end(step: int, metrics: dict[str, float]) -> None:
     tracer.instant("step_end", "trainer", step=step)
+    tracer.flush()  # once per step: a trainer process killed at shutdown keeps its stages
 
 
 @hookimpl
