@@ -154,12 +154,11 @@ class ScheduleDecision:
     """A plugin's scheduling decision for one iteration.
 
     ``waiting_order``: request ids of the waiting queue, first = admitted first; ids that are
-    not listed keep their relative order behind the listed ones. ``preempt``: running request
-    ids to move back to waiting (their KV swapped or recomputed).
+    not listed keep their relative order behind the listed ones. (Preempting running requests
+    comes with the preemptive-serving plugin, together with the adapter code that applies it.)
     """
 
     waiting_order: tuple[str, ...] = ()
-    preempt: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,6 @@ def test_reorder_improves_the_step_objective_and_keeps_capacity():
     current = static_home(topo)
     home = plan_reorder(step, topo, current, FREE_MOVES)
     assert np.bincount(home, minlength=64).tolist() == [1] * 64
-    p2l_before, s_before = static_placement(topo)
     assert sorted(home.tolist()) == list(range(64))
     obj = lambda h: sum(np.bincount(h, weights=row, minlength=64).max() for row in step)  # noqa: E731
     assert obj(home) <= obj(current)

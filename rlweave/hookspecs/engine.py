@@ -26,8 +26,7 @@ def rlweave_request_arrived(request: RequestView) -> None:
 def rlweave_schedule(
     waiting: Sequence[RequestView], running: Sequence[RequestView], engine: EngineInfo
 ) -> ScheduleDecision | None:
-    """Decide, before the engine schedules an iteration, the order of the waiting queue and
-    which running requests to preempt.
+    """Decide, before the engine schedules an iteration, the order of the waiting queue.
 
     Only called when some plugin implements it, so an observer-only setup costs nothing on the
     engine's hot path. ``None`` keeps the engine's own policy (FCFS or vLLM priority).
