@@ -70,7 +70,36 @@ class AgenticRolloutConfig(PluginSection):
 
 @dataclass
 class PreemptiveServingConfig(PluginSection):
+    """FastServe's skip-join MLFQ in the engine scheduler (rlweave.plugins.preemptive_serving).
+
+    Level ``p`` has quantum ``base_quantum_ms * quantum_ratio**p``; ``base_quantum_ms = 0``
+    takes the shortest iteration measured on the running engine (FastServe's choice). A request
+    not served for ``starvation_s`` is promoted to the top level.
+    """
+
+    available: ClassVar[bool] = True
     paper: ClassVar[str] = "FastServe (skip-join MLFQ)"
+    POLICIES: ClassVar[tuple[str, ...]] = ("skip_join_mlfq", "mlfq")
+    policy: str = "skip_join_mlfq"
+    base_quantum_ms: float = 0.0
+    quantum_ratio: float = 2.0
+    num_levels: int = 8
+    starvation_s: float = 3.0
+
+    def finalize(self) -> None:
+        key = "rlweave.preemptive_serving"
+        if self.policy not in self.POLICIES:
+            raise ConfigError(f"unknown {key}.policy '{self.policy}'; allowed: "
+                              f"{', '.join(self.POLICIES)} (mlfq = every request joins the top level).")
+        for option, value, ok, allowed in (
+            ("base_quantum_ms", self.base_quantum_ms, self.base_quantum_ms >= 0,
+             ">= 0 (0 = the engine's shortest measured iteration)"),
+            ("quantum_ratio", self.quantum_ratio, self.quantum_ratio > 1, "> 1"),
+            ("num_levels", self.num_levels, self.num_levels >= 1, ">= 1"),
+            ("starvation_s", self.starvation_s, self.starvation_s > 0, "> 0"),
+        ):
+            if not ok:
+                raise ConfigError(f"bad value {value!r} for '{key}.{option}'; allowed: {allowed}.")
 
 
 @dataclass

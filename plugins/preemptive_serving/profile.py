@@ -1,0 +1,57 @@
+"""Iteration time as measured on the running engine: the profile skip-join needs.
+
+FastServe looks a request's prefill time up in a table profiled offline for each model and GPU
+(its shipped OPT-13B table puts every request in the top level, see the research note). Here
+the table is a line fitted to the engine's own iterations, so it is right for the machine, the
+model and the load the engine actually runs with.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+class IterationProfile:
+    """``seconds(tokens) = fixed_s + per_token_s * tokens``, least squares over recent
+    iterations.
+
+    Samples are kept per power-of-two bucket of token counts (``per_bucket`` newest each), so
+    the many one-token-per-request decode iterations do not crowd out the few prefills that
+    pin the slope.
+    """
+
+    def __init__(self, per_bucket: int = 32, min_samples: int = 8) -> None:
+        self.per_bucket = per_bucket
+        self.min_samples = min_samples
+        self._buckets: dict[int, deque[tuple[int, float]]] = {}
+        self._fit: tuple[float, float] | None = None
+        self.shortest_s = float("inf")
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        bucket = self._buckets.setdefault(int(tokens).bit_length(), deque(maxlen=self.per_bucket))
+        bucket.append((tokens, seconds))
+        self.shortest_s = min(self.shortest_s, seconds)
+        self._fit = None
+
+    @property
+    def ready(self) -> bool:
+        """Enough samples, over at least two token buckets, to fit a line."""
+        return (len(self._buckets) >= 2
+                and sum(map(len, self._buckets.values())) >= self.min_samples)
+
+    def line(self) -> tuple[float, float]:
+        """``(fixed_s, per_token_s)``; both clamped at >= 0. Requires :attr:`ready`."""
+        if self._fit is None:
+            samples = np.array([s for b in self._buckets.values() for s in b], dtype=float)
+            per_token, fixed = np.polyfit(samples[:, 0], samples[:, 1], 1)
+            self._fit = (max(float(fixed), 0.0), max(float(per_token), 0.0))
+        return self._fit
+
+    def prefill_s(self, prompt_len: int) -> float:
+        """Estimated wall time of an iteration that prefills ``prompt_len`` tokens alone."""
+        fixed, per_token = self.line()
+        return fixed + per_token * prompt_len
