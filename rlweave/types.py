@@ -173,12 +173,14 @@ class ScheduleDecision:
 @dataclass(frozen=True)
 class ExpertTopology:
     """Expert-parallel layout: ``nodes`` x ``ranks_per_node`` ranks, ``slots_per_rank``
-    physical expert slots each (>= logical experts per rank; the surplus holds replicas)."""
+    physical expert slots each (>= logical experts per rank; the surplus holds replicas).
+    ``expert_bytes``: bytes of one expert's weights (0 = unknown), for costing moves."""
 
     num_logical_experts: int
     nodes: int
     ranks_per_node: int
     slots_per_rank: int
+    expert_bytes: int = 0
 
     @property
     def num_ranks(self) -> int:

@@ -1,8 +1,10 @@
 """Megatron-core adapter, reached through a spec provider rather than a patch.
 
 ``layer_spec(...)`` returns Megatron's own GPT layer spec with the MoE layer class swapped for
-:class:`rlweave.adapters.megatron.moe_layer.RlweaveMoELayer` when an rlweave plugin is enabled,
-and Megatron's spec unchanged when none is (disabled means absent). Use it wherever Megatron
+:class:`rlweave.adapters.megatron.moe_layer.RlweaveMoELayer` when an rlweave plugin is enabled
+(:class:`rlweave.adapters.megatron.balanced_moe.ReplayBalancedMoELayer` when a plugin decides
+expert placement, e.g. ``rlweave.replay_balance``), and Megatron's spec unchanged when none is
+(disabled means absent). Use it wherever Megatron
 takes a layer spec::
 
     from rlweave.adapters.megatron import layer_spec
@@ -33,8 +35,13 @@ def layer_spec(num_experts: int | None = None, moe_grouped_gemm: bool = False, *
     _announce(host)
     from rlweave.adapters.megatron.moe_layer import RlweaveMoELayer
 
+    layer_cls = RlweaveMoELayer
+    if host.implements("rlweave_expert_placement"):
+        from rlweave.adapters.megatron.balanced_moe import ReplayBalancedMoELayer
+
+        layer_cls = ReplayBalancedMoELayer
     mlp = spec.submodules.mlp
-    spec.submodules.mlp = functools.partial(RlweaveMoELayer, *mlp.args, **mlp.keywords)
+    spec.submodules.mlp = functools.partial(layer_cls, *mlp.args, **mlp.keywords)
     return spec
 
 

@@ -21,12 +21,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(world_size: int, out: Path, **env: str) -> list[dict]:
+def run_ranks(world_size: int, out: Path, script: str = "moe_worker.py", **env: str) -> list[dict]:
+    """Run ``script`` with ``world_size`` gloo ranks and load what each rank saved."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
     base["PYTHONPATH"] = os.pathsep.join([str(HERE), base.get("PYTHONPATH", "")])
-    subprocess.run([sys.executable, "-W", "ignore", str(HERE / "moe_worker.py"), str(world_size),
-                    str(out), str(free_port())], env=base | env, check=True, timeout=240)
-    return [torch.load(out / f"rank{r}.pt") for r in range(world_size)]
+    subprocess.run([sys.executable, "-W", "ignore", str(HERE / script), str(world_size), str(out),
+                    str(free_port())], env=base | env, check=True, timeout=240, capture_output=True, text=True)
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
 @pytest.mark.timeout(300)

@@ -65,6 +65,35 @@ def static_home(topology: ExpertTopology) -> np.ndarray:
     return np.arange(topology.num_logical_experts) // check_topology(topology)
 
 
+def home_layout(home: np.ndarray, topology: ExpertTopology) -> tuple[np.ndarray, np.ndarray]:
+    """The placement of ``home`` [E] without replicas: each rank's first ``E / R`` slots hold its
+    experts in id order (share 1), its spare slots are empty (-1, share 0).
+    Returns (physical_to_logical [R*S], token_share [R*S])."""
+    per_rank = check_topology(topology)
+    slots = topology.slots_per_rank
+    home = np.asarray(home)
+    if np.bincount(home, minlength=topology.num_ranks).tolist() != [per_rank] * topology.num_ranks:
+        raise PlanError(f"a home assignment must give every rank {per_rank} experts, got {home.tolist()}")
+    p2l = np.full(topology.num_ranks * slots, -1)
+    share = np.zeros(topology.num_ranks * slots)
+    order = np.argsort(home, kind="stable")  # by rank, then expert id
+    slot = home[order] * slots + np.arange(len(order)) % per_rank
+    p2l[slot], share[slot] = order, 1.0
+    return p2l, share
+
+
+def home_of(physical_to_logical: np.ndarray, topology: ExpertTopology) -> np.ndarray:
+    """Home rank of each expert [E]: the rank whose home slots (its first ``E / R``) hold it."""
+    per_rank = check_topology(topology)
+    p2l = np.asarray(physical_to_logical).reshape(topology.num_ranks, topology.slots_per_rank)
+    held = p2l[:, :per_rank]
+    if sorted(held.ravel().tolist()) != list(range(topology.num_logical_experts)):
+        raise PlanError(f"home slots must hold every expert exactly once, got {held.tolist()}")
+    home = np.empty(topology.num_logical_experts, dtype=int)
+    home[held] = np.arange(topology.num_ranks)[:, None]
+    return home
+
+
 def plan_reorder(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
                  cost: CostModel = CostModel()) -> np.ndarray:
     """Step 1 (once per step): new home ranks minimising the sum over micro-batches of the
@@ -113,14 +142,8 @@ def plan_replication(load: np.ndarray, home: np.ndarray, topology: ExpertTopolog
     per_rank = check_topology(topology)
     ranks, slots, rpn = topology.num_ranks, topology.slots_per_rank, topology.ranks_per_node
     load = np.asarray(load, dtype=float)
-    p2l = np.full(ranks * slots, -1)
-    share = np.zeros(ranks * slots)
-    used = np.zeros(ranks, dtype=int)
-    for e in np.argsort(home, kind="stable"):
-        r = home[e]
-        p2l[r * slots + used[r]], share[r * slots + used[r]] = e, 1.0
-        used[r] += 1
-    assert np.all(used == per_rank)
+    p2l, share = home_layout(home, topology)
+    used = np.full(ranks, per_rank)
     rank_load = np.zeros(ranks)
     np.add.at(rank_load, home, load)
     mean = rank_load.mean()

@@ -1,0 +1,397 @@
+"""ReLibra's placement applied in Megatron-core: a MoE layer over physical expert *slots*.
+
+Design (why it looks like this): Megatron's dispatchers and experts assume a fixed, contiguous
+block of ``num_moe_experts / ep`` experts per rank and are not spec slots we could swap. So the
+layer is built as an ordinary ``MoELayer`` with ``R * S`` *physical* experts (``S`` slots per EP
+rank, from the ``rlweave_expert_topology`` hook), while its router (Megatron's own, and its
+``RouterReplay``) stays over the ``E`` *logical* experts. After routing, the logical
+``routing_map``/``probs`` [tokens, E] are mapped onto the slots [tokens, R*S]; Megatron's
+dispatcher, experts and combine then run unmodified. Nothing in Megatron is patched.
+
+Slots: the first ``E / R`` slots of each rank are *home* slots, each holding one expert's
+weights (its owner copy, updated by the optimizer); the rest are spare slots for replicas.
+
+Per micro-batch and layer (``route``):
+1. the routing of the whole EP group is gathered and handed to ``rlweave_expert_placement``
+   (``timescale="microbatch"``), which may put replicas of hot experts into spare slots;
+2. replica slots receive their owner's weights (one point-to-point message per replica);
+3. each logical expert's tokens are split among its slots deterministically: its tokens in EP
+   rank order, then token order, are cut at ``round(cumsum(token_share) * n)``, so every routed
+   token goes to exactly one slot and the gate probability stays differentiable;
+4. after the layer's backward, replica weight gradients are sent to and added into the owner's
+   ``.grad``, and the replica's ``.grad`` is cleared (so an optimizer never steps a replica).
+
+Per step (:func:`rebalance_step`, where the trainer knows the step's replayed routing):
+``rlweave_expert_placement`` (``timescale="step"``) may move experts between home slots; the
+weights, their ``.grad`` and the optimizer state of every moved expert travel with it.
+
+Limits (each fails loudly, none silently): ``SequentialMLP`` experts (``moe_grouped_gemm=False``),
+expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no capacity
+dropping), one micro-batch's forward and backward before the next forward of the layer
+(Megatron's no-pipelining schedule), a ``torch.optim`` optimizer keyed by parameter (Megatron's
+distributed optimizer shards are not moved). Checkpoints hold physical slots; use
+:meth:`ReplayBalancedMoELayer.logical_expert_state` / ``load_logical_expert_state``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from megatron.core.transformer.moe.experts import SequentialMLP
+from megatron.core.transformer.moe.moe_utils import get_default_pg_collection
+
+from rlweave.adapters.megatron.moe_layer import RlweaveMoELayer
+from rlweave.adapters.megatron.slot_transfer import flatten, transfer, unflatten_into
+from rlweave.host import get_host
+from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
+
+
+class PlacementError(ValueError):
+    """A placement the layer cannot apply (wrong shape, lost tokens, moved owners mid-step)."""
+
+
+def _logical_router(builder: Any, logical_config: Any, **kwargs: Any) -> Any:
+    """Build Megatron's router over the logical experts, whatever config the layer passes."""
+    kwargs["config"] = logical_config
+    return builder(**kwargs)
+
+
+class _ReduceReplicaGrads(torch.autograd.Function):
+    """Identity on the layer's input; its backward runs once the whole layer's backward has
+    (every expert weight gradient of the layer is accumulated by then), and reduces replica
+    gradients into their owners. ``anchor`` makes it run even when the input needs no grad."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, anchor: torch.Tensor, ticket: _Ticket) -> torch.Tensor:
+        ctx.ticket = ticket
+        return hidden.view_as(hidden)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        ctx.ticket.finish()
+        return (grad if ctx.needs_input_grad[0] else None), None, None
+
+
+class _Ticket:
+    """One micro-batch's forward awaiting its backward, with the replicas it used."""
+
+    def __init__(self, layer: ReplayBalancedMoELayer) -> None:
+        self.layer = layer
+        self.replicas: list[tuple[int, int]] = []  # (replica slot, owner slot)
+        self.done = False
+
+    def finish(self) -> None:
+        if not self.done:
+            self.done = True
+            self.layer._reduce_replica_grads(self.replicas)
+
+
+class ReplayBalancedMoELayer(RlweaveMoELayer):
+    """Megatron's ``MoELayer`` with ReLibra's expert placement applied (see the module doc)."""
+
+    def __init__(self, config: Any, submodules: Any = None, layer_number: int | None = None,
+                 pg_collection: Any = None, is_mtp_layer: bool = False, name: str | None = None) -> None:
+        pg_collection = pg_collection if pg_collection is not None else get_default_pg_collection()
+        ep_size = pg_collection.ep.size()
+        if pg_collection.expt_tp is not None and pg_collection.expt_tp.size() > 1:
+            raise NotImplementedError("rlweave.replay_balance: expert tensor parallelism > 1 is not supported yet")
+        experts = config.num_moe_experts
+        topology = get_host().hook.rlweave_expert_topology(num_logical_experts=experts, ep_size=ep_size,
+                                                           expert_bytes=_expert_bytes(config))
+        if topology is None:
+            topology = ExpertTopology(experts, 1, ep_size, experts // ep_size)
+        if topology.num_ranks != ep_size or topology.num_logical_experts != experts:
+            raise PlacementError(f"topology {topology} does not describe {experts} experts on {ep_size} EP ranks")
+        physical = dataclasses.replace(config, num_moe_experts=topology.num_ranks * topology.slots_per_rank)
+        router = functools.partial(_logical_router, submodules.router, config)
+        super().__init__(physical, dataclasses.replace(submodules, router=router), layer_number,
+                         pg_collection, is_mtp_layer, name)
+        if not isinstance(self.experts, SequentialMLP):
+            raise NotImplementedError("rlweave.replay_balance needs SequentialMLP experts: build the spec "
+                                      "with moe_grouped_gemm=False")
+        self.logical_config = config
+        self.topology = topology
+        self.home_slots = experts // ep_size
+        self.ep_rank = pg_collection.ep.rank()
+        static = np.arange(experts)
+        self.physical_to_logical = np.full(topology.num_ranks * topology.slots_per_rank, -1)
+        self.physical_to_logical[self._home_slot_ids()] = static  # Megatron's contiguous layout
+        self._anchor = torch.empty(0, requires_grad=True)
+        self._in_flight: weakref.WeakSet[_Ticket] = weakref.WeakSet()
+        self._ticket: _Ticket | None = None
+        self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
+
+    # ----- layout -----------------------------------------------------------------------------
+    @property
+    def slots_per_rank(self) -> int:
+        return self.topology.slots_per_rank
+
+    def _home_slot_ids(self) -> np.ndarray:
+        """Physical ids of the home slots, rank-major: [E]."""
+        s = self.slots_per_rank
+        return (np.arange(self.topology.num_ranks)[:, None] * s + np.arange(self.home_slots)).ravel()
+
+    def owner_slot(self) -> np.ndarray:
+        """Home slot of each logical expert [E]."""
+        home = self._home_slot_ids()
+        owner = np.empty(self.topology.num_logical_experts, dtype=int)
+        owner[self.physical_to_logical[home]] = home
+        return owner
+
+    def _slot_params(self, slot: int) -> list[torch.nn.Parameter]:
+        local = slot - self.ep_rank * self.slots_per_rank
+        return list(self.experts.local_experts[local].parameters())
+
+    def current_placement(self) -> ExpertPlacement:
+        """The home layout in force, as a one-layer placement (spare slots empty)."""
+        p2l = self.physical_to_logical.copy()
+        return ExpertPlacement(p2l[None], (p2l >= 0).astype(float)[None])
+
+    # ----- logical weights (checkpoints, tests) -----------------------------------------------
+    def logical_expert_state(self, grads: bool = False) -> dict[int, list[torch.Tensor]]:
+        """This rank's owned experts: logical id -> parameter tensors (``SequentialMLP`` order),
+        or their gradients with ``grads``."""
+        out = {}
+        for slot in self._home_slot_ids()[self.ep_rank * self.home_slots:][: self.home_slots]:
+            params = self._slot_params(slot)
+            out[int(self.physical_to_logical[slot])] = [p.grad if grads else p.detach() for p in params]
+        return out
+
+    @torch.no_grad()
+    def load_logical_expert_state(self, experts: dict[int, list[torch.Tensor]]) -> None:
+        """Load the owned experts of this rank from logical id -> parameter tensors."""
+        for e, slot in enumerate(self.owner_slot()):
+            if slot // self.slots_per_rank == self.ep_rank:
+                for p, value in zip(self._slot_params(slot), experts[e], strict=True):
+                    p.copy_(value)
+
+    # ----- per micro-batch ----------------------------------------------------------------------
+    def forward(self, hidden_states: torch.Tensor, intermediate_tensors: Any = None,
+                padding_mask: torch.Tensor | None = None) -> Any:
+        self._ticket = None
+        if torch.is_grad_enabled():
+            self._ticket = _Ticket(self)
+            self._in_flight.add(self._ticket)
+            hidden_states = _ReduceReplicaGrads.apply(hidden_states, self._anchor, self._ticket)
+        return super().forward(hidden_states, intermediate_tensors, padding_mask)
+
+    def route(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> Any:
+        probs, routing_map = super().route(hidden_states, padding_mask)  # logical [T, E]
+        group = self.ep_group
+        topk = self.logical_config.moe_router_topk
+        if not bool((routing_map.sum(dim=1) == topk).all()):
+            raise NotImplementedError("rlweave.replay_balance needs every token routed to exactly top_k "
+                                      "experts (no capacity dropping or padding masks yet)")
+        ids = torch.topk(routing_map.to(torch.int8), topk, dim=1, sorted=False).indices
+        all_ids = _gather_rows(ids, group)  # per EP rank [T_r, k]
+        trace = RoutingTrace(torch.cat(all_ids).numpy()[:, None, :], (0, sum(len(i) for i in all_ids)),
+                             source=f"megatron-layer-{self.layer_number}")
+        placement = get_host().hook.rlweave_expert_placement(
+            trace=trace, topology=self.topology, current=self.current_placement(), timescale="microbatch")
+        p2l, share = self._check_microbatch(placement)
+        self.last_physical_to_logical = p2l
+        replicas = self._copy_replicas(p2l)
+        if self._ticket is not None:
+            self._ticket.replicas = replicas
+        counts = torch.stack([torch.bincount(i.reshape(-1), minlength=self.topology.num_logical_experts)
+                              for i in all_ids])  # [R, E]
+        before = counts[: dist.get_rank(group)].sum(dim=0)  # this rank's first token's index per expert
+        return self._to_physical(probs, routing_map, p2l, share, before, counts.sum(dim=0))
+
+    def _check_microbatch(self, placement: ExpertPlacement | None) -> tuple[np.ndarray, np.ndarray]:
+        home = self.physical_to_logical
+        if placement is None:
+            return home.copy(), (home >= 0).astype(float)
+        p2l, share = np.asarray(placement.physical_to_logical), np.asarray(placement.token_share, dtype=float)
+        if p2l.shape != (1, home.size) or share.shape != p2l.shape:
+            raise PlacementError(f"a micro-batch placement must be [1, {home.size}] (slots of this layer), "
+                                 f"got {p2l.shape} and {share.shape}")
+        p2l, share = p2l[0], share[0]
+        homes = self._home_slot_ids()
+        if not np.array_equal(p2l[homes], home[homes]):
+            raise PlacementError("a micro-batch placement may only add replicas in spare slots; moving "
+                                 "owners between home slots happens per step (timescale='step')")
+        _check_shares(p2l, share, self.topology)
+        return p2l, share
+
+    @torch.no_grad()
+    def _copy_replicas(self, p2l: np.ndarray) -> list[tuple[int, int]]:
+        owner = self.owner_slot()
+        spare = np.setdiff1d(np.nonzero(p2l >= 0)[0], self._home_slot_ids())
+        replicas = [(int(s), int(owner[p2l[s]])) for s in spare]
+        if replicas and any(not t.done for t in self._in_flight if t is not self._ticket):
+            raise RuntimeError("rlweave.replay_balance: a micro-batch's backward must run before the next "
+                               "forward of the same MoE layer when replicas are in use (no-pipelining "
+                               "schedule); this forward would overwrite replica weights still needed")
+        transfer([(o, s) for s, o in replicas], self.slots_per_rank, self.ep_group,
+                 lambda slot: flatten(self._slot_params(slot)),
+                 lambda slot, flat: unflatten_into(flat, self._slot_params(slot)))
+        return replicas
+
+    def _to_physical(self, probs: torch.Tensor, routing_map: torch.Tensor, p2l: np.ndarray,
+                     share: np.ndarray, before: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logical [T, E] probs/map -> physical [T, R*S]; expert e's j-th token of the EP group
+        goes to the slot whose cut interval holds j."""
+        experts = self.topology.num_logical_experts
+        index = torch.cumsum(routing_map.to(torch.int64), dim=0) - 1 + before  # [T, E] group-wide rank
+        lo, hi = np.zeros(p2l.size), np.zeros(p2l.size)
+        for e in range(experts):
+            slots = np.nonzero(p2l == e)[0]
+            cuts = np.rint(np.concatenate([[0.0], np.cumsum(share[slots])]) * int(total[e]))
+            cuts[-1] = int(total[e])
+            lo[slots], hi[slots] = cuts[:-1], cuts[1:]
+        column = torch.as_tensor(np.maximum(p2l, 0))
+        used = torch.as_tensor(p2l >= 0)
+        slot_index = index[:, column]
+        mask = (routing_map[:, column] & used & (slot_index >= torch.as_tensor(lo))
+                & (slot_index < torch.as_tensor(hi)))
+        return probs[:, column] * mask.to(probs.dtype), mask
+
+    @torch.no_grad()
+    def _reduce_replica_grads(self, replicas: list[tuple[int, int]]) -> None:
+        def read(slot: int) -> torch.Tensor:
+            return flatten([p.grad if p.grad is not None else torch.zeros_like(p) for p in self._slot_params(slot)])
+
+        def add(slot: int, flat: torch.Tensor) -> None:
+            params = self._slot_params(slot)
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            unflatten_into(flat, [p.grad for p in params], add=True)
+
+        transfer(replicas, self.slots_per_rank, self.ep_group, read, add)
+        first = self.ep_rank * self.slots_per_rank
+        for slot in range(first + self.home_slots, first + self.slots_per_rank):  # spare slots
+            for p in self._slot_params(slot):
+                p.grad = None
+
+    # ----- per step -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def move_homes(self, new_p2l: np.ndarray, optimizer: torch.optim.Optimizer | None = None) -> int:
+        """Move experts to the home slots of ``new_p2l`` [R*S] with their weights, ``.grad`` and,
+        given ``optimizer``, its per-parameter state. Returns the number of experts moved."""
+        old_owner = self.owner_slot()
+        homes = self._home_slot_ids()
+        new_owner = np.empty_like(old_owner)
+        new_owner[new_p2l[homes]] = homes
+        moves = [(int(a), int(b)) for a, b in zip(old_owner, new_owner, strict=True) if a != b]
+        if not moves:
+            return 0
+        state = optimizer.state if optimizer is not None else {}
+        local = [p for s in homes if s // self.slots_per_rank == self.ep_rank for p in self._slot_params(s)]
+        keys = {tuple(sorted(k for k, v in state.get(p, {}).items() if torch.is_tensor(v))) for p in local}
+        if len(keys) > 1:
+            raise RuntimeError("rlweave.replay_balance: the optimizer holds state for some experts of this layer "
+                               "but not others, so it cannot move with them; rebalance before the first step or "
+                               "after a step that updated every expert")
+        names = keys.pop() if keys else ()
+        with_grad = any(p.grad is not None for p in local)
+
+        def pieces(slot: int) -> list[torch.Tensor]:
+            out = []
+            for p in self._slot_params(slot):
+                if with_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                out += [p.data] + ([p.grad] if with_grad else []) + [state[p][k] for k in names]
+            return out
+
+        transfer(moves, self.slots_per_rank, self.ep_group, lambda s: flatten(pieces(s)),
+                 lambda s, flat: unflatten_into(flat, pieces(s)))
+        self.physical_to_logical = np.where(np.isin(np.arange(new_p2l.size), homes), new_p2l, -1)
+        return len(moves)
+
+
+def _expert_bytes(config: Any) -> int:
+    """Bytes of one SequentialMLP expert's weights: fc1 [F (x2 gated), H] and fc2 [H, F]."""
+    ffn = config.moe_ffn_hidden_size or config.ffn_hidden_size
+    params = ffn * config.hidden_size * (3 if config.gated_linear_unit else 2)
+    return params * torch.finfo(config.params_dtype).bits // 8
+
+
+def _check_shares(p2l: np.ndarray, share: np.ndarray, topology: ExpertTopology) -> None:
+    """Every expert's shares are >= 0 and sum to 1; no rank holds an expert twice."""
+    used = p2l >= 0
+    if np.any(p2l >= topology.num_logical_experts) or np.any(share[used] < -1e-9):
+        raise PlacementError(f"slots must hold expert ids below {topology.num_logical_experts} with shares >= 0")
+    totals = np.bincount(p2l[used], weights=share[used], minlength=topology.num_logical_experts)
+    if not np.allclose(totals, 1.0, atol=1e-6):
+        raise PlacementError(f"each expert's token shares must sum to 1 (every token once), got {totals.round(4).tolist()}")
+    per_rank = p2l.reshape(topology.num_ranks, -1)
+    for r, row in enumerate(per_rank):
+        held = row[row >= 0]
+        if len(set(held.tolist())) != len(held):
+            raise PlacementError(f"rank {r} holds an expert twice: {row.tolist()}")
+
+
+def _gather_rows(rows: torch.Tensor, group: dist.ProcessGroup) -> list[torch.Tensor]:
+    """All-gather a [n_r, k] tensor whose n_r differs by rank; returns each rank's rows."""
+    size = torch.tensor([rows.shape[0]])
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(sizes, size, group=group)
+    longest = int(max(sizes))
+    padded = torch.zeros((longest, rows.shape[1]), dtype=torch.int64)
+    padded[: rows.shape[0]] = rows
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded, group=group)
+    return [g[: int(n)] for g, n in zip(gathered, sizes, strict=True)]
+
+
+def balanced_layers(model: torch.nn.Module) -> list[ReplayBalancedMoELayer]:
+    """The ReLibra MoE layers of ``model`` in module order (the layer axis of a step's trace)."""
+    return [m for m in model.modules() if isinstance(m, ReplayBalancedMoELayer)]
+
+
+def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_bounds: tuple[int, ...],
+                   optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Before a training step: hand the step's replayed routing to ``rlweave_expert_placement``
+    (``timescale="step"``) and move experts to their new home slots.
+
+    ``topk_ids``: int [tokens, layers, top_k], this rank's tokens of the step (what Megatron's
+    ``RouterReplay`` will replay), ``layers`` = :func:`balanced_layers` of ``model``;
+    ``microbatch_bounds``: this rank's micro-batch offsets ``[0, ..., tokens]``. Every rank of
+    the EP group calls it. Returns the number of experts moved on all layers.
+    """
+    layers = balanced_layers(model)
+    if not layers:
+        return 0
+    if topk_ids.shape[1] != len(layers):
+        raise PlacementError(f"the step's routing has {topk_ids.shape[1]} layers, the model {len(layers)} "
+                             f"rlweave MoE layers")
+    first = layers[0]
+    group, topology = first.ep_group, first.topology
+    bounds = np.asarray(microbatch_bounds)
+    ids = torch.as_tensor(np.asarray(topk_ids, dtype=np.int64))
+    all_ids = _gather_rows(ids.reshape(ids.shape[0], -1), group)
+    all_bounds = _gather_rows(torch.as_tensor(bounds)[:, None], group)
+    if len({len(b) for b in all_bounds}) != 1:
+        raise PlacementError("every EP rank must run the same number of micro-batches")
+    # The EP group's micro-batch m = every rank's m-th micro-batch, in rank order.
+    chunks, offsets = [], [0]
+    for m in range(len(bounds) - 1):
+        for rows, b in zip(all_ids, all_bounds, strict=True):
+            chunks.append(rows[int(b[m]) : int(b[m + 1])])
+        offsets.append(offsets[-1] + sum(len(c) for c in chunks[-len(all_ids):]))
+    step_ids = torch.cat(chunks).reshape(-1, *topk_ids.shape[1:]).numpy()
+    current = ExpertPlacement(np.stack([layer.physical_to_logical for layer in layers]),
+                              np.stack([(layer.physical_to_logical >= 0).astype(float) for layer in layers]))
+    placement = get_host().hook.rlweave_expert_placement(
+        trace=RoutingTrace(step_ids, tuple(offsets), source="megatron-replay-step"),
+        topology=topology, current=current, timescale="step")
+    if placement is None:
+        return 0
+    moved = 0
+    for layer, p2l, share in zip(layers, placement.physical_to_logical, placement.token_share, strict=True):
+        p2l = np.asarray(p2l)
+        spare = np.setdiff1d(np.arange(p2l.size), layer._home_slot_ids())
+        if p2l.shape != layer.physical_to_logical.shape or np.any(p2l[spare] >= 0):
+            raise PlacementError("a step placement must give every slot of a layer and leave spare slots empty "
+                                 "(replicas are per micro-batch)")
+        _check_shares(p2l, np.asarray(share, dtype=float), topology)
+        moved += layer.move_homes(p2l, optimizer)
+    return moved

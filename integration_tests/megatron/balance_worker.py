@@ -1,0 +1,138 @@
+"""One rank of ReLibra's Megatron MoE layer against Megatron's own, on gloo.
+
+Both layers get the same logical weights and replay the same skewed routing (hot experts of
+EP rank 0, shifting between micro-batches). Two training steps of forward+backward per
+micro-batch (replicas per micro-batch) and an Adam step on both layers; before the second,
+``rebalance_step`` moves experts between ranks with their weights and Adam state.
+Writes ``<out>/rank<r>.pt``.
+
+Usage: balance_worker.py WORLD_SIZE OUT PORT
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+EXPERTS, TOP_K, HIDDEN, FFN = 8, 2, 32, 64
+MICRO_BATCHES, TOKENS = 2, 384  # tokens per micro-batch, whole EP group
+
+
+def skewed_routing(seed: int, ws: int) -> np.ndarray:
+    """Global replayed top-2 ids [M * TOKENS, 2]: 85% of choices go to two hot experts of rank
+    0's block, a different pair each micro-batch."""
+    rng = np.random.default_rng(seed)
+    block = EXPERTS // ws
+    out = []
+    for m in range(MICRO_BATCHES):
+        weights = np.ones(EXPERTS)
+        hot = [(2 * m) % block, (2 * m + 1) % block] if block > 1 else [0, 1]
+        weights[hot] = 0.85 * (EXPERTS - 2) / 0.15 / 2
+        p = weights / weights.sum()
+        for _ in range(TOKENS):
+            out.append(rng.choice(EXPERTS, size=TOP_K, replace=False, p=p))
+    return np.array(out)
+
+
+def local_slice(rows: np.ndarray, rank: int, ws: int) -> np.ndarray:
+    """This rank's tokens of each micro-batch, micro-batch after micro-batch."""
+    per = TOKENS // ws
+    return np.concatenate([rows[m * TOKENS + rank * per : m * TOKENS + (rank + 1) * per]
+                           for m in range(MICRO_BATCHES)])
+
+
+def run(rank: int, world_size: int, out: str, port: int) -> None:
+    torch.cuda.current_device = lambda: "cpu"  # Megatron allocates on it; the CPU stands in for a GPU
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    from megatron.core import parallel_state
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+    from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from rlweave.adapters.megatron import layer_spec, moe_submodules
+    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
+    config = TransformerConfig(
+        num_layers=1, hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=4,
+        num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_ffn_hidden_size=FFN,
+        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
+        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
+        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_enable_routing_replay=True,
+        expert_model_parallel_size=world_size,
+    )
+    reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
+    ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
+    gen = torch.Generator().manual_seed(1234)
+    router_w = torch.randn(EXPERTS, HIDDEN, generator=gen)
+    logical = {e: [torch.randn(FFN, HIDDEN, generator=gen) * 0.1, torch.randn(HIDDEN, FFN, generator=gen) * 0.1]
+               for e in range(EXPERTS)}
+    with torch.no_grad():
+        for layer in (reference, ours):
+            layer.router.weight.copy_(router_w)
+        for i, e in enumerate(reference.local_expert_indices):
+            for p, value in zip(reference.experts.local_experts[i].parameters(), logical[e], strict=True):
+                p.copy_(value)
+    ours.load_logical_expert_state(logical)
+    optimizers = {"reference": torch.optim.Adam(reference.parameters(), lr=1e-2),
+                  "rlweave": torch.optim.Adam(ours.parameters(), lr=1e-2)}
+    tokens_seen: list[dict] = []
+    ours.experts.register_forward_pre_hook(
+        lambda module, args: tokens_seen.append({"tokens_per_slot": args[1].clone(),
+                                                 "placement": ours.last_physical_to_logical.copy()}))
+    per = TOKENS // world_size
+    results: dict = {"class": type(ours).__name__, "steps": []}
+    for step in range(2):
+        routing = local_slice(skewed_routing(10 + step, world_size), rank, world_size)
+        moved = rebalance_step(ours, routing[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per),
+                               optimizers["rlweave"]) if step else 0
+        record: dict = {"moved": moved, "home": ours.physical_to_logical.copy(), "micro_batches": []}
+        for m in range(MICRO_BATCHES):
+            torch.manual_seed(1000 * step + 100 * m + rank)
+            x = torch.randn(per // 2, 2, HIDDEN)  # [seq, batch, hidden] -> per tokens
+            g = torch.randn(per // 2, 2, HIDDEN)
+            idx = torch.as_tensor(routing[m * per : (m + 1) * per])
+            RouterReplay.set_replay_data([idx, idx])  # one RouterReplay per layer, in build order
+            RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+            mb = {}
+            for name, layer in (("reference", reference), ("rlweave", ours)):
+                inp = x.clone().requires_grad_(True)
+                output, _ = layer(inp)
+                (output * g).sum().backward()
+                mb[name] = {"output": output.detach(), "input_grad": inp.grad.detach()}
+            record["micro_batches"].append(mb)
+        record["router_grad"] = {"reference": reference.router.weight.grad.clone(),
+                                 "rlweave": ours.router.weight.grad.clone()}
+        record["expert_grads"] = {
+            "reference": {e: [p.grad.clone() for p in reference.experts.local_experts[i].parameters()]
+                          for i, e in enumerate(reference.local_expert_indices)},
+            "rlweave": {e: [g.clone() for g in grads]
+                        for e, grads in ours.logical_expert_state(grads=True).items()},
+        }
+        record["spare_grads_cleared"] = all(
+            p.grad is None for s in range(ours.home_slots, ours.slots_per_rank)
+            for p in ours.experts.local_experts[s].parameters())
+        for opt in optimizers.values():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        record["weights_after_step"] = {
+            "reference": {e: [p.detach().clone() for p in reference.experts.local_experts[i].parameters()]
+                          for i, e in enumerate(reference.local_expert_indices)},
+            "rlweave": {e: [p.clone() for p in params] for e, params in ours.logical_expert_state().items()},
+        }
+        results["steps"].append(record)
+    results["tokens_seen"] = tokens_seen
+    results["routing"] = [skewed_routing(10 + step, world_size) for step in range(2)]
+    torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)

@@ -1,0 +1,98 @@
+"""The replay_balance plugin's hooks and config, through the host as an adapter calls them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlweave import host as host_module
+from rlweave.config import ConfigError, Setting
+from rlweave.plugins.replay_balance.planner import PlanError, home_layout, home_of, static_home
+from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
+
+
+@pytest.fixture
+def enabled():
+    """Activate the host with replay_balance enabled and the given options (conftest resets it)."""
+
+    def activate(**options):
+        settings = [Setting("replay_balance.enable", True, "test")]
+        settings += [Setting(f"replay_balance.{k}", v, "test") for k, v in options.items()]
+        return host_module.activate(settings, export_env=False)
+
+    return activate
+
+
+def topology_of(host, experts=8, ep=2, expert_bytes=0):
+    return host.hook.rlweave_expert_topology(num_logical_experts=experts, ep_size=ep, expert_bytes=expert_bytes)
+
+
+def test_topology_defaults_to_one_spare_slot_and_whole_nodes(enabled):
+    host = enabled()
+    assert host.implements("rlweave_expert_placement")
+    assert topology_of(host) == ExpertTopology(8, 1, 2, 5)
+    assert topology_of(enabled(ranks_per_node=4, slots_per_rank=3), experts=16, ep=8) == ExpertTopology(16, 2, 4, 3)
+
+
+def test_bad_settings_are_one_clear_error(enabled):
+    with pytest.raises(PlanError, match=r"slots_per_rank=3: .*raise slots_per_rank to at least 4"):
+        topology_of(enabled(slots_per_rank=3))
+    with pytest.raises(PlanError, match="ranks_per_node=4"):
+        topology_of(enabled(ranks_per_node=4), experts=12, ep=6)
+    with pytest.raises(ConfigError, match="threshold=0.5 is below 1.0"):
+        enabled(threshold=0.5)
+    with pytest.raises(ConfigError, match="slots_per_rank=-1"):
+        enabled(slots_per_rank=-1)
+
+
+def skewed_trace(rng, tokens, micro_batches=1, experts=8):
+    """Top-2 routing where experts 0 and 1 (rank 0's) take most tokens: [tokens * M, 1, 2]."""
+    p = np.full(experts, 1.0)
+    p[:2] = 12.0
+    ids = np.array([rng.choice(experts, 2, replace=False, p=p / p.sum()) for _ in range(tokens * micro_batches)])
+    return RoutingTrace(ids[:, None, :], tuple(np.arange(micro_batches + 1) * tokens))
+
+
+def static_current(topology):
+    p2l, share = home_layout(static_home(topology), topology)
+    return ExpertPlacement(p2l[None], share[None])
+
+
+def test_microbatch_placement_keeps_owners_and_replicates_into_spare_slots(enabled):
+    host = enabled()
+    topology = topology_of(host, expert_bytes=16_384)
+    current = static_current(topology)
+    placement = host.hook.rlweave_expert_placement(trace=skewed_trace(np.random.default_rng(0), 512),
+                                                   topology=topology, current=current, timescale="microbatch")
+    p2l, share = placement.physical_to_logical[0], placement.token_share[0]
+    homes = np.r_[0:4, 5:9]
+    np.testing.assert_array_equal(p2l[homes], current.physical_to_logical[0][homes])
+    assert p2l[9] in (0, 1)  # rank 1's spare slot holds a hot expert of rank 0
+    np.testing.assert_allclose(np.bincount(p2l[p2l >= 0], weights=share[p2l >= 0], minlength=8), 1.0)
+
+
+def test_step_placement_moves_owners_and_leaves_spare_slots_empty(enabled):
+    host = enabled()
+    topology = topology_of(host, expert_bytes=16_384)
+    trace = skewed_trace(np.random.default_rng(1), 512, micro_batches=2)
+    placement = host.hook.rlweave_expert_placement(trace=trace, topology=topology, current=static_current(topology),
+                                                   timescale="step")
+    p2l = placement.physical_to_logical[0]
+    assert p2l[4] == p2l[9] == -1
+    home = home_of(p2l, topology)
+    assert home[0] != home[1]  # the two hot experts no longer share a rank
+    # Moving 34 MB experts across nodes does not pay for 1k tokens: the placement stays.
+    costly = topology_of(host, expert_bytes=0)
+    kept = host.hook.rlweave_expert_placement(trace=trace, topology=costly, current=static_current(costly),
+                                              timescale="step")
+    np.testing.assert_array_equal(kept.physical_to_logical, static_current(costly).physical_to_logical)
+
+
+def test_home_layout_and_home_of_round_trip():
+    topology = ExpertTopology(8, 1, 2, 5)
+    home = np.array([1, 0, 0, 1, 1, 0, 0, 1])
+    p2l, share = home_layout(home, topology)
+    assert p2l.tolist() == [1, 2, 5, 6, -1, 0, 3, 4, 7, -1] and share.sum() == 8
+    np.testing.assert_array_equal(home_of(p2l, topology), home)
+    with pytest.raises(PlanError, match="every rank 4 experts"):
+        home_layout(np.zeros(8, dtype=int), topology)
