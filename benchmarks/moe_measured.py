@@ -1,0 +1,166 @@
+"""The measured part of ``rlweave bench moe``: Megatron-core MoE forward+backward on gloo with
+EP=2 (two CPU processes, one core and one thread each), on a skewed replayed routing.
+
+In the same processes, on the same tokens and the same logical weights, each training step
+(all of its micro-batches, forward+backward) runs through
+- Megatron's own ``MoELayer`` (static contiguous placement), and
+- rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step, replicas per
+  micro-batch; copies and gradient reductions included in its time),
+alternating which goes first. A step's time is the slower rank's. The lower bound is Megatron's
+layer on a uniformly random routing of the same size (as balanced as routing gets).
+
+Run by :mod:`rlweave.benchmarks.moe` in the megatron-core environment:
+``python -m rlweave.benchmarks.moe_measured OUT.json [--tokens N] [--micro-batches M] ...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import numpy as np
+
+EXPERTS, TOP_K, EP = 8, 2, 2
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch, both ranks")
+    parser.add_argument("--micro-batches", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=4, help="timed steps (after one warm-up)")
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--ffn", type=int, default=2048)
+    parser.add_argument("--zipf", type=float, default=1.2)
+    parser.add_argument("--slots-per-rank", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarray:
+    """Global replayed top-2 ids [M * tokens, 2]: Zipf popularity whose hot experts shift every
+    micro-batch (the bench's synthetic trace), or uniformly random for the lower bound."""
+    from rlweave.benchmarks.moe import synthetic_trace
+
+    rng = np.random.default_rng([opts.seed, step])
+    trace_args = argparse.Namespace(micro_batches=opts.micro_batches, tokens=opts.tokens, layers=1,
+                                    experts=EXPERTS, zipf=opts.zipf if skewed else 0.0)
+    return synthetic_trace(rng, trace_args, TOP_K)[0][:, 0]
+
+
+def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
+    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RLWEAVE__REPLAY_BALANCE__ENABLE="true",
+                      RLWEAVE__REPLAY_BALANCE__SLOTS_PER_RANK=str(opts.slots_per_rank),
+                      RLWEAVE__REPLAY_BALANCE__RANKS_PER_NODE=str(EP))
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.current_device = lambda: "cpu"  # Megatron allocates on it; stands in for a GPU
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=EP)
+    from megatron.core import parallel_state
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+    from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from rlweave.adapters.megatron import layer_spec, moe_submodules
+    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=EP)
+    config = TransformerConfig(
+        num_layers=1, hidden_size=opts.hidden, ffn_hidden_size=opts.ffn, num_attention_heads=8,
+        num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_ffn_hidden_size=opts.ffn,
+        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
+        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
+        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_enable_routing_replay=True,
+        expert_model_parallel_size=EP,
+    )
+    static = MoELayer(config, submodules=moe_submodules(EXPERTS))
+    ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
+    with torch.no_grad():
+        ours.router.weight.copy_(static.router.weight)
+    # Megatron's layer holds this rank's experts; gather all of them as the logical weights.
+    mine = [[p.detach() for p in e.parameters()] for e in static.experts.local_experts]
+    everyone: list = [None] * EP
+    dist.all_gather_object(everyone, mine)
+    ours.load_logical_expert_state({e: everyone[e // (EXPERTS // EP)][e % (EXPERTS // EP)] for e in range(EXPERTS)})
+
+    tokens_seen: list[int] = []
+    for layer in (static, ours):
+        layer.experts.register_forward_pre_hook(lambda _m, args: tokens_seen.append(int(args[1].sum())))
+    per = opts.tokens // EP
+
+    def run_step(layer, routing: np.ndarray, step: int) -> tuple[float, list[int], torch.Tensor]:
+        tokens_seen.clear()
+        local = np.concatenate([routing[m * opts.tokens + rank * per: m * opts.tokens + (rank + 1) * per]
+                                for m in range(opts.micro_batches)])
+        dist.barrier()
+        start = time.perf_counter()
+        if layer is ours:
+            rebalance_step(ours, local[:, None, :], tuple(np.arange(opts.micro_batches + 1) * per))
+        first = None
+        for m in range(opts.micro_batches):
+            torch.manual_seed(1000 * step + 10 * m + rank)
+            x = torch.randn(per // 4, 4, opts.hidden, requires_grad=True)
+            replay = [torch.as_tensor(local[m * per:(m + 1) * per])] * 2  # one RouterReplay per layer
+            RouterReplay.set_replay_data(replay)
+            RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+            out, _ = layer(x)
+            out.square().mean().backward()
+            first = out.detach() if first is None else first
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        layer.zero_grad(set_to_none=True)
+        return float(elapsed), list(tokens_seen), first
+
+    times: dict[str, list[float]] = {"static": [], "rlweave": [], "balanced": []}
+    loads: dict[str, list[list[int]]] = {"static": [], "rlweave": []}
+    max_diff = 0.0
+    for step in range(opts.steps + 1):
+        skewed, uniform = step_routing(opts, step, True), step_routing(opts, step, False)
+        order = [("static", static, skewed), ("rlweave", ours, skewed), ("balanced", static, uniform)]
+        outputs = {}
+        for name, layer, routing in (order if step % 2 else order[::-1]):
+            seconds, seen, outputs[name] = run_step(layer, routing, step)
+            if step:  # step 0 warms up
+                times[name].append(seconds)
+                if name in loads:
+                    loads[name].append(seen)
+        max_diff = max(max_diff, float((outputs["static"] - outputs["rlweave"]).abs().max()))
+    gathered: list = [None] * EP
+    dist.all_gather_object(gathered, loads)
+    if rank == 0:
+        imbalance = {}
+        for name in loads:
+            per_rank = np.array([g[name] for g in gathered], dtype=float)  # [ranks, steps, micro-batches]
+            imbalance[name] = float((per_rank.max(axis=0) / per_rank.mean(axis=0)).mean())
+        median = {name: statistics.median(t) for name, t in times.items()}
+        result = {"step_s": median, "all_step_s": times, "max_mean_rank_tokens": imbalance,
+                  "speedup": median["static"] / median["rlweave"], "bound": median["static"] / median["balanced"],
+                  "max_abs_output_diff": max_diff, "options": vars(opts)}
+        with open(opts.out, "w") as f:
+            json.dump(result, f, indent=2)
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str]) -> None:
+    import torch.multiprocessing as mp
+
+    opts = parse(argv)
+    mp.spawn(rank_main, args=(opts, free_port()), nprocs=EP)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
