@@ -55,32 +55,21 @@ def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarra
 
 def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
     os.sched_setaffinity(0, {rank % os.cpu_count()})
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RLWEAVE__REPLAY_BALANCE__ENABLE="true",
-                      RLWEAVE__REPLAY_BALANCE__SLOTS_PER_RANK=str(opts.slots_per_rank),
+    os.environ.update(RLWEAVE__REPLAY_BALANCE__ENABLE="true", RLWEAVE__REPLAY_BALANCE__SLOTS_PER_RANK=str(opts.slots_per_rank),
                       RLWEAVE__REPLAY_BALANCE__RANKS_PER_NODE=str(EP))
     import torch
     import torch.distributed as dist
 
-    torch.cuda.current_device = lambda: "cpu"  # Megatron allocates on it; stands in for a GPU
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=EP)
-    from megatron.core import parallel_state
+    from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
+
+    init_expert_parallel(rank, EP, port)
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
     from rlweave.adapters.megatron.balanced_moe import rebalance_step
 
-    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=EP)
-    config = TransformerConfig(
-        num_layers=1, hidden_size=opts.hidden, ffn_hidden_size=opts.ffn, num_attention_heads=8,
-        num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_ffn_hidden_size=opts.ffn,
-        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
-        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
-        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_enable_routing_replay=True,
-        expert_model_parallel_size=EP,
-    )
+    config = moe_config(EXPERTS, TOP_K, opts.hidden, opts.ffn, EP)
     static = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
     with torch.no_grad():

@@ -46,27 +46,16 @@ def local_slice(rows: np.ndarray, rank: int, ws: int) -> np.ndarray:
 
 
 def run(rank: int, world_size: int, out: str, port: int) -> None:
-    torch.cuda.current_device = lambda: "cpu"  # Megatron allocates on it; the CPU stands in for a GPU
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    from megatron.core import parallel_state
+    from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
+
+    init_expert_parallel(rank, world_size, port)
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
     from rlweave.adapters.megatron.balanced_moe import rebalance_step
 
-    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
-    config = TransformerConfig(
-        num_layers=1, hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=4,
-        num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_ffn_hidden_size=FFN,
-        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
-        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
-        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_enable_routing_replay=True,
-        expert_model_parallel_size=world_size,
-    )
+    config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, world_size)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
     gen = torch.Generator().manual_seed(1234)

@@ -12,12 +12,6 @@ import torch.distributed as dist
 NUM_EXPERTS, TOP_K, HIDDEN = 8, 2, 64
 
 
-def cpu_shims() -> None:
-    """Megatron allocates on ``torch.cuda.current_device()`` (router.py:98, mappings.py); on a
-    CPU-only test machine that device is the CPU. Stands in for a GPU, nothing else."""
-    torch.cuda.current_device = lambda: "cpu"
-
-
 def build(config, layer_cls_from_rlweave: bool):
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
@@ -30,24 +24,11 @@ def build(config, layer_cls_from_rlweave: bool):
 
 
 def run(rank: int, world_size: int, out: str, port: int) -> None:
-    cpu_shims()
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    from megatron.core import parallel_state
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
+    from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
     from rlweave.host import get_host
 
-    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
-    config = TransformerConfig(
-        num_layers=1, hidden_size=HIDDEN, ffn_hidden_size=128, num_attention_heads=4,
-        num_moe_experts=NUM_EXPERTS, moe_router_topk=TOP_K, moe_ffn_hidden_size=128,
-        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
-        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
-        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-        expert_model_parallel_size=world_size,
-    )
+    init_expert_parallel(rank, world_size, port)
+    config = moe_config(NUM_EXPERTS, TOP_K, HIDDEN, 128, world_size, moe_enable_routing_replay=False)
     torch.manual_seed(1234)
     reference = build(config, layer_cls_from_rlweave=False)
     ours = build(config, layer_cls_from_rlweave=True)

@@ -1,0 +1,40 @@
+"""Megatron-core MoE layers in CPU processes on gloo: tests, benchmarks and CPU development.
+
+Megatron allocates some buffers on ``torch.cuda.current_device()`` (router.py, mappings.py);
+on a CPU-only machine that device is the CPU. With the ``allgather`` dispatcher and
+``SequentialMLP`` experts nothing else needs a GPU (see the megatron EP spike notes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def init_expert_parallel(rank: int, world_size: int, port: int) -> None:
+    """One CPU process of an EP=world_size group: one thread, gloo, Megatron's parallel state."""
+    torch.cuda.current_device = lambda: "cpu"
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
+
+
+def moe_config(experts: int, top_k: int, hidden: int, ffn: int, ep: int, **overrides: Any) -> Any:
+    """A one-layer fp32 ``TransformerConfig`` for a MoE layer on CPU with replayable routing."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    options = dict(
+        num_layers=1, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=4,
+        num_moe_experts=experts, moe_router_topk=top_k, moe_ffn_hidden_size=ffn,
+        moe_token_dispatcher_type="allgather", moe_grouped_gemm=False, add_bias_linear=False,
+        use_cpu_initialization=True, params_dtype=torch.float32, gradient_accumulation_fusion=False,
+        moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_enable_routing_replay=True,
+        expert_model_parallel_size=ep,
+    )
+    return TransformerConfig(**(options | overrides))
