@@ -238,19 +238,19 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
                      share: np.ndarray, before: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logical [T, E] probs/map -> physical [T, R*S]; expert e's j-th token of the EP group
         goes to the slot whose cut interval holds j."""
-        experts = self.topology.num_logical_experts
-        index = torch.cumsum(routing_map.to(torch.int64), dim=0) - 1 + before  # [T, E] group-wide rank
+        experts, device = self.topology.num_logical_experts, routing_map.device
+        index = torch.cumsum(routing_map.to(torch.int64), dim=0) - 1 + before.to(device)  # [T, E] group-wide
         lo, hi = np.zeros(p2l.size), np.zeros(p2l.size)
         for e in range(experts):
             slots = np.nonzero(p2l == e)[0]
             cuts = np.rint(np.concatenate([[0.0], np.cumsum(share[slots])]) * int(total[e]))
             cuts[-1] = int(total[e])
             lo[slots], hi[slots] = cuts[:-1], cuts[1:]
-        column = torch.as_tensor(np.maximum(p2l, 0))
-        used = torch.as_tensor(p2l >= 0)
+        column = torch.as_tensor(np.maximum(p2l, 0), device=device)
+        used = torch.as_tensor(p2l >= 0, device=device)
         slot_index = index[:, column]
-        mask = (routing_map[:, column] & used & (slot_index >= torch.as_tensor(lo))
-                & (slot_index < torch.as_tensor(hi)))
+        mask = (routing_map[:, column] & used & (slot_index >= torch.as_tensor(lo, device=device))
+                & (slot_index < torch.as_tensor(hi, device=device)))
         return probs[:, column] * mask.to(probs.dtype), mask
 
     @torch.no_grad()
@@ -331,15 +331,15 @@ def _check_shares(p2l: np.ndarray, share: np.ndarray, topology: ExpertTopology) 
 
 def _gather_rows(rows: torch.Tensor, group: dist.ProcessGroup) -> list[torch.Tensor]:
     """All-gather a [n_r, k] tensor whose n_r differs by rank; returns each rank's rows."""
-    size = torch.tensor([rows.shape[0]])
+    size = torch.tensor([rows.shape[0]], device=rows.device)
     sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size(group))]
     dist.all_gather(sizes, size, group=group)
     longest = int(max(sizes))
-    padded = torch.zeros((longest, rows.shape[1]), dtype=torch.int64)
+    padded = torch.zeros((longest, rows.shape[1]), dtype=torch.int64, device=rows.device)
     padded[: rows.shape[0]] = rows
     gathered = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(gathered, padded, group=group)
-    return [g[: int(n)] for g, n in zip(gathered, sizes, strict=True)]
+    return [g[: int(n)].cpu() for g, n in zip(gathered, sizes, strict=True)]
 
 
 def balanced_layers(model: torch.nn.Module) -> list[ReplayBalancedMoELayer]:
@@ -366,9 +366,10 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
     first = layers[0]
     group, topology = first.ep_group, first.topology
     bounds = np.asarray(microbatch_bounds)
-    ids = torch.as_tensor(np.asarray(topk_ids, dtype=np.int64))
+    device = next(first.router.parameters()).device  # NCCL gathers device tensors
+    ids = torch.as_tensor(np.asarray(topk_ids, dtype=np.int64), device=device)
     all_ids = _gather_rows(ids.reshape(ids.shape[0], -1), group)
-    all_bounds = _gather_rows(torch.as_tensor(bounds)[:, None], group)
+    all_bounds = _gather_rows(torch.as_tensor(bounds, device=device)[:, None], group)
     if len({len(b) for b in all_bounds}) != 1:
         raise PlacementError("every EP rank must run the same number of micro-batches")
     # The EP group's micro-batch m = every rank's m-th micro-batch, in rank order.
