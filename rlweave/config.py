@@ -65,7 +65,40 @@ class StreamGenerationConfig(PluginSection):
 
 @dataclass
 class AgenticRolloutConfig(PluginSection):
-    paper: ClassVar[str] = "Heddle"
+    """Heddle's trajectory-level priority, placement and migration (rlweave.plugins.agentic_rollout).
+
+    The engine cost model (``iteration_base_ms + iteration_per_seq_ms * batch`` per decode
+    iteration, ``slots`` sequences per instance, ``prefill_us_per_token``) is what placement
+    balances; ``rlweave bench agentic`` measures it on the real engine and prints the values to
+    set. ``queue_weight``: urgency gained per second a trajectory already queued.
+    ``replan_s``: how often the placement plan is refreshed. ``migrate_fraction``: a trajectory
+    moves at a tool call only if re-prefilling its context costs less than this fraction of its
+    predicted remaining time.
+    """
+
+    available: ClassVar[bool] = True
+    paper: ClassVar[str] = "Heddle (arXiv 2603.28101)"
+    iteration_base_ms: float = 2.0
+    iteration_per_seq_ms: float = 0.1
+    slots: int = 256
+    prefill_us_per_token: float = 20.0
+    queue_weight: float = 1.0
+    replan_s: float = 0.25
+    migrate_fraction: float = 0.1
+
+    def finalize(self) -> None:
+        for option, ok, allowed in (
+            ("iteration_base_ms", self.iteration_base_ms > 0, "> 0"),
+            ("iteration_per_seq_ms", self.iteration_per_seq_ms >= 0, ">= 0"),
+            ("slots", self.slots >= 1, ">= 1 (the engine's max_num_seqs)"),
+            ("prefill_us_per_token", self.prefill_us_per_token >= 0, ">= 0"),
+            ("queue_weight", self.queue_weight >= 0, ">= 0"),
+            ("replan_s", self.replan_s >= 0, ">= 0"),
+            ("migrate_fraction", 0 <= self.migrate_fraction <= 1, "between 0 and 1 (0 = never migrate)"),
+        ):
+            if not ok:
+                raise ConfigError(f"bad value {getattr(self, option)!r} for "
+                                  f"'rlweave.agentic_rollout.{option}'; allowed: {allowed}.")
 
 
 @dataclass

@@ -22,6 +22,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "tracing": "rlweave.plugins.tracing.plugin",
     "preemptive_serving": "rlweave.plugins.preemptive_serving.plugin",
     "replay_balance": "rlweave.plugins.replay_balance.plugin",
+    "agentic_rollout": "rlweave.plugins.agentic_rollout.plugin",
 }
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"

@@ -70,9 +70,11 @@ class TrajectoryInfo:
     trajectory_id: str
     group_id: str
     turns_done: int
-    tokens_so_far: int
+    tokens_so_far: int  # tokens the model generated so far (tool outputs not counted)
     queued_s: float = 0.0  # accumulated time spent waiting for an engine
     instance_id: str | None = None  # engine instance of the previous turn
+    task: str = ""  # task or prompt family: what the runtime predictor learns per
+    prompt_len: int = 0  # tokens of the first turn's prompt
 
 
 @dataclass(frozen=True)

@@ -59,3 +59,30 @@ def test_ray_worker_group_on_cpu_calls_the_stage_hook(tmp_path):
     spans = [e for e in load_events(tmp_path) if e["name"] == "update_actor"]
     assert {e["pid"] for e in spans} == {w["pid"] for w in workers}
     assert {e["worker"] for e in spans} == {"actor-rank0", "actor-rank1"}
+
+
+@pytest.mark.timeout(200)
+def test_agentic_rollout_replaces_verls_request_load_balancer(tmp_path):
+    """With the flag alone, verl's own factory builds rlweave's balancer (a Ray actor) and
+    every turn is placed by the plugin and reported as trajectory events."""
+    proc = python(str(HERE / "router_script.py"), timeout=180,
+                  RLWEAVE__AGENTIC_ROLLOUT__ENABLE="true", RLWEAVE__TRACING__ENABLE="true",
+                  RLWEAVE__TRACING__DIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["acquire_fields"] == ["prompt_ids"]
+    assert all(len(servers) == 3 and set(servers) <= {"server-0", "server-1"}
+               for servers in out["turns"].values())
+    assert out["status"]["total_inflight"] == 0
+    names = [e["name"] for e in load_events(tmp_path) if e["name"].startswith("trajectory_")]
+    assert names.count("trajectory_start") == 6 and names.count("trajectory_tool_start") == 18
+    assert names.count("trajectory_tool_end") == 12 and names.count("trajectory_finish") == 6
+
+
+@pytest.mark.timeout(200)
+def test_without_the_flag_verl_builds_its_own_balancer():
+    proc = python(str(HERE / "router_script.py"), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["acquire_fields"] == []
+    assert all(len(set(servers)) == 1 for servers in out["turns"].values())  # sticky
