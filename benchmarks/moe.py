@@ -70,7 +70,13 @@ def synthetic_trace(rng: np.random.Generator, args: argparse.Namespace, top_k: i
 def run(args: argparse.Namespace) -> BenchResult:
     from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
     from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_loads
-    from rlweave.plugins.replay_balance.planner import CostModel, plan_reorder, plan_replication, static_home
+    from rlweave.plugins.replay_balance.planner import (
+        CostModel,
+        home_layout,
+        plan_reorder,
+        plan_replication,
+        static_home,
+    )
     from rlweave.types import ExpertTopology
 
     rng = np.random.default_rng(args.seed)
@@ -93,13 +99,15 @@ def run(args: argparse.Namespace) -> BenchResult:
         source = f"synthetic Zipf {args.zipf}, hot experts shift every micro-batch"
     cost = CostModel()
     policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
-    per_ep, planner_ms, heat = {}, [], {}
+    ablations = ("reorder_only", "replicate_only")  # rlweave's two timescales on their own
+    per_ep, planner_ms, heat, moved_experts = {}, [], {}, {}
     for ep in args.ep:
         topo = ExpertTopology(experts, max(1, ep // args.ranks_per_node), min(ep, args.ranks_per_node),
                               experts // ep + args.spare_slots)
         s = topo.slots_per_rank
-        ratios = {p: [] for p in policies}
-        step_s = {p: 0.0 for p in policies}
+        ratios = {p: [] for p in policies + ablations}
+        step_s = {p: 0.0 for p in policies + ablations}
+        moved_experts[ep] = 0
         for layer in range(current.shape[1]):
             load = current[:, layer]  # [M, E]
             fixed = {"static": static_placement(topo), "eplb_history": eplb_placement(history[layer], topo),
@@ -114,15 +122,24 @@ def run(args: argparse.Namespace) -> BenchResult:
             home = plan_reorder(load, topo, static_home(topo), cost)
             plans = [plan_replication(load[m], home, topo, cost) for m in range(load.shape[0])]
             planner_ms.append((time.perf_counter() - start) * 1e3 / load.shape[0])
-            for m, (p2l, share) in enumerate(plans):
-                ranks = rank_loads(load[m], p2l, share, s)
-                if ep == args.ep[0] and layer == 0:
-                    heat.setdefault("rlweave", []).append(ranks.tolist())
-                ratios["rlweave"].append(float(imbalance(ranks)))
-                replicas = int(np.count_nonzero(p2l >= 0)) - experts
-                step_s["rlweave"] += ranks.max() * cost.token_s + replicas / max(ep, 1) * cost.replica_s
+            moved = int(np.count_nonzero(home != static_home(topo)))
+            moved_experts[ep] += moved
+            reorder_only = [home_layout(home, topo)] * load.shape[0]
+            replicate_only = [plan_replication(load[m], static_home(topo), topo, cost) for m in range(load.shape[0])]
+            for name, plan, moves in (("rlweave", plans, moved), ("reorder_only", reorder_only, moved),
+                                      ("replicate_only", replicate_only, 0)):
+                # Moved experts cross nodes in parallel links, once per step (weights + optimizer state).
+                step_s[name] += moves / ep * cost.move_s
+                for m, (p2l, share) in enumerate(plan):
+                    ranks = rank_loads(load[m], p2l, share, s)
+                    if ep == args.ep[0] and layer == 0 and name == "rlweave":
+                        heat.setdefault("rlweave", []).append(ranks.tolist())
+                    ratios[name].append(float(imbalance(ranks)))
+                    replicas = int(np.count_nonzero(p2l >= 0)) - experts
+                    step_s[name] += ranks.max() * cost.token_s + replicas / max(ep, 1) * cost.replica_s
         per_ep[ep] = {p: {"max_mean_mean": float(np.mean(ratios[p])), "max_mean_p99": float(np.percentile(ratios[p], 99)),
-                          "modelled_step_s": step_s[p]} for p in policies}
+                          "modelled_step_s": step_s[p]} for p in policies + ablations}
+        per_ep[ep]["experts_moved_by_reorder"] = moved_experts[ep]
         # Lower bound: every micro-batch perfectly balanced, no replica copies.
         per_ep[ep]["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
     mean_of = lambda p, k: float(np.mean([per_ep[ep][p][k] for ep in args.ep]))  # noqa: E731
@@ -143,9 +160,10 @@ def run(args: argparse.Namespace) -> BenchResult:
         headline["measured_ep2_lower_bound"] = round(measured["bound"], 3)
     rows = [["EP", "policy", "max/mean mean", "max/mean p99", "modelled step (s)", "vs rlweave"]]
     for ep in args.ep:
-        for p in policies:
+        for p in policies + ablations:
             r = per_ep[ep][p]
-            rows.append([str(ep), p, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
+            label = f"{p} ({per_ep[ep]['experts_moved_by_reorder']} experts moved)" if p == "reorder_only" else p
+            rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
                          f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
