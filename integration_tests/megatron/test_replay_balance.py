@@ -70,6 +70,6 @@ def test_balanced_layer_equals_megatron_and_computes_every_token_once(world_size
 @pytest.mark.timeout(300)
 def test_impossible_slot_budget_is_one_clear_error(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as failure:
-        run_ranks(2, tmp_path, script="balance_worker.py", RLWEAVE__REPLAY_BALANCE__SLOTS_PER_RANK="3", **ENABLED)
-    assert "rlweave.replay_balance.slots_per_rank=3" in failure.value.stderr
-    assert "raise slots_per_rank to at least 4" in failure.value.stderr
+        run_ranks(1, tmp_path, script="balance_worker.py", RLWEAVE__REPLAY_BALANCE__SLOTS_PER_RANK="7", **ENABLED)
+    assert "rlweave.replay_balance.slots_per_rank=7" in failure.value.stderr
+    assert "raise slots_per_rank to at least 8" in failure.value.stderr
