@@ -41,12 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instances in the simulated cluster-scale run")
 
 
-def _history(args: argparse.Namespace, seed: int) -> list[Trajectory]:
+def previous_step(seed: int, prompts: int, group: int) -> list[Trajectory]:
     """The previous rollout step's finished trajectories (other prompts, same task mix): what an
-    online predictor has learned from by the time this step starts. None for a --trace file."""
-    if args.trace:
-        return []
-    past = synthetic(seed + 10_000, prompts=args.prompts, group=args.group)
+    online predictor has learned from by the time this step starts."""
+    past = synthetic(seed + 10_000, prompts=prompts, group=group)
     return [replace(t, id=f"prev-{t.id}", group=f"prev-{t.group}") for t in past]
 
 
@@ -73,76 +71,100 @@ def _activate_rlweave(cost: EngineCostModel) -> Any:
                      for k, v in settings.items()], export_env=False)
 
 
-async def _measure(args: argparse.Namespace, workload: list[Trajectory],
-                   history: list[Trajectory]) -> dict[str, Any]:
-    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+class Harness:
+    """Engines, their measured cost model, and one rollout per call under either policy."""
 
-    from rlweave.adapters.verl.router import RlweaveLoadBalancer
-    from rlweave.benchmarks.agentic_rollout import (
-        RolloutRun,
-        TrajectoryRun,
-        measure_iteration_s,
-        measure_prefill_s_per_token,
-        run_rollout,
-        start_engines,
-    )
-    from rlweave.plugins.agentic_rollout import plugin as heddle
-    from rlweave.types import TrajectoryEvent, TrajectoryEventKind, TrajectoryInfo
+    def __init__(self, instances: int, slots: int, history: list[Trajectory]) -> None:
+        self.instances, self.slots, self.history = instances, slots, history
 
-    engines = start_engines(args.instances, args.slots, MAX_LEN)
-    servers = {f"engine-{k}": e for k, e in enumerate(engines)}
-    print(f"calibrating {len(engines)} engines ...", flush=True)
-    await measure_iteration_s(engines, 1, 32)  # warm-up
-    one = await measure_iteration_s(engines, 1)
-    full = await measure_iteration_s(engines, args.slots)
-    prefill = await measure_prefill_s_per_token(engines[0])
-    cost = EngineCostModel.fit([1, args.slots], [one, full], args.slots, prefill)
-    host = _activate_rlweave(cost)
+    async def start(self) -> EngineCostModel:
+        from rlweave.benchmarks.agentic_rollout import (
+            measure_iteration_s,
+            measure_prefill_s_per_token,
+            start_engines,
+        )
 
-    def info(t: Trajectory, run: TrajectoryRun, turn: int) -> TrajectoryInfo:
-        return TrajectoryInfo(t.id, t.group, turn, sum(map(len, run.tokens)), run.queued_s,
-                              run.instances[-1] if run.instances else None, t.task, t.prompt_len)
+        self.engines = start_engines(self.instances, self.slots, MAX_LEN)
+        self.servers = {f"engine-{k}": e for k, e in enumerate(self.engines)}
+        await measure_iteration_s(self.engines, 1, 32)  # warm-up
+        one = await measure_iteration_s(self.engines, 1)
+        full = await measure_iteration_s(self.engines, self.slots)
+        prefill = await measure_prefill_s_per_token(self.engines[0])
+        self.cost = EngineCostModel.fit([1, self.slots], [one, full], self.slots, prefill)
+        self.host = _activate_rlweave(self.cost)
+        return self.cost
 
-    class AgentLoop:
-        """What rlweave's agent loop does around each turn: report progress, ask for a
-        priority; report the finish."""
+    async def rollout(self, policy: str, batch: list[Trajectory], tag: str) -> Any:
+        from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
-        def priority(self, t: Trajectory, run: TrajectoryRun, turn: int) -> int:
-            if turn == 0:
-                host.hook.rlweave_trajectory_event(event=TrajectoryEvent(
-                    TrajectoryEventKind.START, info(t, run, 0), time.time()))
-            return host.hook.rlweave_request_priority(trajectory=info(t, run, turn))
+        from rlweave.adapters.verl.router import RlweaveLoadBalancer
+        from rlweave.benchmarks.agentic_rollout import run_rollout
+        from rlweave.plugins.agentic_rollout import plugin as heddle
 
-        def finished(self, t: Trajectory, run: TrajectoryRun) -> None:
-            host.hook.rlweave_trajectory_event(event=TrajectoryEvent(
-                TrajectoryEventKind.FINISH, info(t, run, len(t.turn_tokens)), time.time()))
-
-    async def one_run(policy: str, batch: list[Trajectory], tag: str) -> RolloutRun:
-        for e in engines:
+        for e in self.engines:
             await e.reset_prefix_cache()
         if policy == "verl":
-            return await run_rollout(policy, batch, GlobalRequestLoadBalancer(servers), None, tag)
-        heddle.orchestrator = _orchestrator(cost, history)
-        result = await run_rollout(policy, batch, RlweaveLoadBalancer(servers), AgentLoop(), tag)
+            return await run_rollout(policy, batch, GlobalRequestLoadBalancer(self.servers), None, tag)
+        heddle.orchestrator = _orchestrator(self.cost, self.history)
+        result = await run_rollout(policy, batch, RlweaveLoadBalancer(self.servers),
+                                   RlweaveAgentLoop(self.host), tag)
         result.migrations = heddle.orchestrator.migrations
         return result
 
-    runs: dict[str, list[RolloutRun]] = {"verl": [], "rlweave": []}
+    def close(self) -> None:
+        for e in self.engines:
+            e.shutdown()
+
+
+class RlweaveAgentLoop:
+    """What rlweave's agent loop does around each turn: report progress and ask for a priority;
+    report the finish."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+    def _info(self, t: Trajectory, run: Any, turn: int) -> Any:
+        from rlweave.types import TrajectoryInfo
+
+        return TrajectoryInfo(t.id, t.group, turn, sum(map(len, run.tokens)), run.queued_s,
+                              run.instances[-1] if run.instances else None, t.task, t.prompt_len)
+
+    def _event(self, kind: Any, t: Trajectory, run: Any, turn: int) -> None:
+        from rlweave.types import TrajectoryEvent
+
+        self.host.hook.rlweave_trajectory_event(
+            event=TrajectoryEvent(kind, self._info(t, run, turn), time.time()))
+
+    def priority(self, t: Trajectory, run: Any, turn: int) -> int:
+        from rlweave.types import TrajectoryEventKind
+
+        if turn == 0:
+            self._event(TrajectoryEventKind.START, t, run, 0)
+        return self.host.hook.rlweave_request_priority(trajectory=self._info(t, run, turn))
+
+    def finished(self, t: Trajectory, run: Any) -> None:
+        from rlweave.types import TrajectoryEventKind
+
+        self._event(TrajectoryEventKind.FINISH, t, run, len(t.turn_tokens))
+
+
+async def _measure(args: argparse.Namespace, workload: list[Trajectory],
+                   history: list[Trajectory]) -> dict[str, Any]:
+    h = Harness(args.instances, args.slots, history)
+    print(f"starting and calibrating {args.instances} engines ...", flush=True)
+    cost = await h.start()
+    runs: dict[str, list[Any]] = {"verl": [], "rlweave": []}
     for r in range(args.repeats):
         for policy in ("verl", "rlweave") if r % 2 == 0 else ("rlweave", "verl"):
             print(f"run {r + 1}/{args.repeats}: {policy} ...", flush=True)
-            runs[policy].append(await one_run(policy, workload, f"{policy}{r}"))
+            runs[policy].append(await h.rollout(policy, workload, f"{policy}{r}"))
             print(f"  makespan {runs[policy][-1].makespan_s:.2f} s", flush=True)
-
     # The lower bound's first half: the longest trajectory alone on an idle engine.
     longest = max(workload, key=lambda t: sum(t.tool_s) + t.tokens * cost.iteration_s(1))
-    for e in engines:
-        await e.reset_prefix_cache()
-    alone = await run_rollout("alone", [longest], GlobalRequestLoadBalancer(servers), None, "alone")
+    alone = await h.rollout("verl", [longest], "alone")
     small = workload[:min(len(workload), args.slots * args.instances)]
-    uncontended = {p: (await one_run(p, small, f"{p}-small")).makespan_s for p in ("verl", "rlweave")}
-    for e in engines:
-        e.shutdown()
+    uncontended = {p: (await h.rollout(p, small, f"{p}-small")).makespan_s for p in ("verl", "rlweave")}
+    h.close()
     return {"cost": cost, "runs": runs, "alone_s": alone.makespan_s, "longest": longest.id,
             "uncontended": uncontended, "uncontended_trajectories": len(small)}
 
@@ -164,7 +186,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     from rlweave.benchmarks.agentic_sim import serial_time
 
     workload = load_trace(args.trace) if args.trace else synthetic(args.seed, args.prompts, args.group)
-    history = _history(args, args.seed)
+    history = [] if args.trace else previous_step(args.seed, args.prompts, args.group)
     m = asyncio.run(_measure(args, workload, history))
     cost: EngineCostModel = m["cost"]
     verl, ours = m["runs"]["verl"], m["runs"]["rlweave"]
@@ -182,8 +204,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     per_instance = max(len(workload) // args.instances, 1)
     prompts = max(per_instance * args.cluster_instances // args.group, 1)
     cluster = synthetic(args.seed + 1, prompts=prompts, group=args.group)
-    cluster_history = [replace(t, group=f"prev-{t.group}")
-                       for t in synthetic(args.seed + 2, prompts=prompts, group=args.group)]
+    cluster_history = previous_step(args.seed + 1, prompts, args.group)
     sim_cluster = _simulate(cluster, cluster_history, args.cluster_instances, cost, args.seed)
     cluster_lower = max(max(serial_time(t, cost) for t in cluster),
                         sum(t.tokens for t in cluster) * cost.iteration_s(cost.slots)

@@ -47,6 +47,7 @@ class TrajectoryRun:
     queued_s: float = 0.0
     tokens: list[list[int]] = field(default_factory=list)  # generated tokens per turn
     instances: list[str] = field(default_factory=list)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end)
 
 
 @dataclass
@@ -126,8 +127,12 @@ async def run_rollout(policy: str, trajectories: list[Trajectory], balancer: Any
             priority = hooks.priority(t, run, turn) if hooks else 0
             extra = {"prompt_ids": context} if "prompt_ids" in acquire_fields else {}
             server_id, engine = balancer.acquire_server(t.id, **extra)
+            submitted = time.monotonic() - t0
             try:
                 out, queued = await generate(engine, context, n, f"{tag}-{t.id}-{turn}", priority)
+                done = time.monotonic() - t0
+                run.spans += [("queued", submitted, submitted + queued),
+                              (f"generate on {server_id}", submitted + queued, done)]
             finally:
                 balancer.release_server(
                     server_id, **({"request_id": t.id} if "request_id" in release_fields else {}))
@@ -136,6 +141,7 @@ async def run_rollout(policy: str, trajectories: list[Trajectory], balancer: Any
             run.queued_s += queued
             context = context + out
             if turn < len(t.tool_s):
+                run.spans.append(("tool", done, done + t.tool_s[turn]))
                 await asyncio.sleep(t.tool_s[turn])
                 context = context + tool_tokens(t, turn)
         run.finish_s = time.monotonic() - t0
