@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from rlweave.config import ConfigError, settings_from_overrides
+from rlweave.config import ConfigError, RlweaveConfig, settings_from_overrides
 from rlweave.frameworks import (
     UnsupportedFrameworkError,
     require_supported,
@@ -42,6 +42,7 @@ def _load() -> None:
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
+    _check_command_line(host.config, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
@@ -52,6 +53,20 @@ def _load() -> None:
         install()
 
     host.hook.rlweave_framework_loaded(framework=FrameworkInfo("verl", version, _process_role()))
+
+
+PRIORITY_POLICY = "actor_rollout_ref.rollout.scheduling_policy=priority"
+
+
+def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
+    """rlweave flags that only work with a verl setting on the same command line."""
+    overrides = [a.lstrip("+") for a in argv]
+    if not any(a.startswith("rlweave.") for a in overrides):
+        return  # not the command line that configured rlweave (a Ray worker, a child process)
+    if config.agentic_rollout.enable and PRIORITY_POLICY not in overrides:
+        raise ConfigError(
+            "rlweave.agentic_rollout gives each turn an engine priority, which vLLM ignores under "
+            f"verl's default FCFS scheduling policy; add {PRIORITY_POLICY}")
 
 
 def _process_role() -> str:

@@ -29,7 +29,7 @@ def python(*args: str, timeout: int = 180, **env: str) -> subprocess.CompletedPr
 def test_import_verl_loads_the_adapter_and_registers_the_agent_loop(tmp_path):
     proc = python("-c", REGISTRY, RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rlweave_single_turn" in proc.stdout
+    assert "rlweave_single_turn" in proc.stdout and "rlweave_tool_agent" in proc.stdout
     loaded = [e for e in load_events(tmp_path) if e["name"] == "framework_loaded"]
     assert [e["args"]["name"] for e in loaded] == ["verl"]
 
@@ -47,6 +47,13 @@ def test_a_misspelt_flag_stops_verls_own_trainer_with_one_clear_message():
     assert proc.returncode != 0
     assert "rlweave: unknown option 'rlweave.tracing.enabel'" in proc.stderr
     assert "Options of rlweave.tracing: enable, dir" in proc.stderr
+
+
+@pytest.mark.timeout(200)
+def test_agentic_rollout_without_priority_scheduling_is_refused():
+    proc = python("-m", "verl.trainer.main_ppo", "+rlweave.agentic_rollout.enable=true")
+    assert proc.returncode != 0
+    assert "add actor_rollout_ref.rollout.scheduling_policy=priority" in proc.stderr
 
 
 @pytest.mark.timeout(300)
