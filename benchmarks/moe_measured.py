@@ -4,8 +4,9 @@ EP=2 (two CPU processes, one core and one thread each), on a skewed replayed rou
 In the same processes, on the same tokens and the same logical weights, each training step
 (all of its micro-batches, forward+backward) runs through
 - Megatron's own ``MoELayer`` (static contiguous placement), and
-- rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step, replicas per
-  micro-batch; copies and gradient reductions included in its time),
+- rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step, then per
+  micro-batch ``prepare_microbatch`` and replicas; planning, copies and gradient reductions are
+  all included in its time),
 alternating which goes first. A step's time is the slower rank's. The lower bound is Megatron's
 layer on a uniformly random routing of the same size (as balanced as routing gets).
 
@@ -77,7 +78,7 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
-    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+    from rlweave.adapters.megatron.balanced_moe import prepare_microbatch, rebalance_step
 
     config = moe_config(EXPERTS, TOP_K, opts.hidden, opts.ffn, EP)
     static = MoELayer(config, submodules=moe_submodules(EXPERTS))
@@ -110,6 +111,8 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
             replay = [torch.as_tensor(local[m * per:(m + 1) * per])] * 2  # one RouterReplay per layer
             RouterReplay.set_replay_data(replay)
             RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+            if layer is ours:  # where the trainer sets replay data: plan this micro-batch now
+                prepare_microbatch(ours, local[m * per:(m + 1) * per, None, :])
             out, _ = layer(x)
             out.square().mean().backward()
             first = out.detach() if first is None else first

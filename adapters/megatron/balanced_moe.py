@@ -13,7 +13,9 @@ weights (its owner copy, updated by the optimizer); the rest are spare slots for
 
 Per micro-batch and layer (``route``):
 1. the routing of the whole EP group is gathered and handed to ``rlweave_expert_placement``
-   (``timescale="microbatch"``), which may put replicas of hot experts into spare slots;
+   (``timescale="microbatch"``), which may put replicas of hot experts into spare slots. With
+   replayed routing this happens ahead, for all layers at once, in :func:`prepare_microbatch`
+   (where the trainer sets the micro-batch's replay data), off the layer's critical path;
 2. replica slots receive their owner's weights (one point-to-point message per replica);
 3. each logical expert's tokens are split among its slots deterministically: its tokens in EP
    rank order, then token order, are cut at ``round(cumsum(token_share) * n)``, so every routed
@@ -78,6 +80,16 @@ class _ReduceReplicaGrads(torch.autograd.Function):
         return (grad if ctx.needs_input_grad[0] else None), None, None
 
 
+@dataclasses.dataclass(frozen=True)
+class _MicrobatchPlan:
+    """One layer's placement for one micro-batch, with the EP group's tokens per expert
+    (``counts`` [R, E], by EP rank) that the deterministic token split needs."""
+
+    physical_to_logical: np.ndarray
+    token_share: np.ndarray
+    counts: torch.Tensor
+
+
 class _Ticket:
     """One micro-batch's forward awaiting its backward, with the replicas it used."""
 
@@ -125,6 +137,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self._anchor = torch.empty(0, requires_grad=True)
         self._in_flight: weakref.WeakSet[_Ticket] = weakref.WeakSet()
         self._ticket: _Ticket | None = None
+        self._prepared: _MicrobatchPlan | None = None  # from prepare_microbatch, for the next forward
         self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
 
     # ----- layout -----------------------------------------------------------------------------
@@ -183,26 +196,37 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
     def route(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> Any:
         probs, routing_map = super().route(hidden_states, padding_mask)  # logical [T, E]
-        group = self.ep_group
         topk = self.logical_config.moe_router_topk
         if not bool((routing_map.sum(dim=1) == topk).all()):
             raise NotImplementedError("rlweave.replay_balance needs every token routed to exactly top_k "
                                       "experts (no capacity dropping or padding masks yet)")
-        ids = torch.topk(routing_map.to(torch.int8), topk, dim=1, sorted=False).indices
-        all_ids = _gather_rows(ids, group)  # per EP rank [T_r, k]
-        trace = RoutingTrace(torch.cat(all_ids).numpy()[:, None, :], (0, sum(len(i) for i in all_ids)),
+        rank = dist.get_rank(self.ep_group)
+        plan, self._prepared = self._prepared, None
+        if plan is None:  # not prepared ahead (learned routing): gather and plan now
+            ids = torch.topk(routing_map.to(torch.int8), topk, dim=1, sorted=False).indices
+            plan = self._plan(_gather_rows(ids, self.ep_group))
+        elif not torch.equal(routing_map.sum(dim=0).cpu(), plan.counts[rank]):
+            raise PlacementError("this micro-batch's routing is not the one given to prepare_microbatch; "
+                                 "prepare each micro-batch right before its forward, with its replay data")
+        self.last_physical_to_logical = plan.physical_to_logical
+        replicas = self._copy_replicas(plan.physical_to_logical)
+        if self._ticket is not None:
+            self._ticket.replicas = replicas
+        before = plan.counts[:rank].sum(dim=0)  # tokens of each expert on lower EP ranks
+        return self._to_physical(probs, routing_map, plan.physical_to_logical, plan.token_share, before,
+                                 plan.counts.sum(dim=0))
+
+    def _plan(self, ids_per_rank: list[torch.Tensor]) -> _MicrobatchPlan:
+        """Ask the plugin where experts live for a micro-batch whose routing ([T_r, k] per EP
+        rank) is known, and check the answer."""
+        trace = RoutingTrace(torch.cat(ids_per_rank).numpy()[:, None, :], (0, sum(len(i) for i in ids_per_rank)),
                              source=f"megatron-layer-{self.layer_number}")
         placement = get_host().hook.rlweave_expert_placement(
             trace=trace, topology=self.topology, current=self.current_placement(), timescale="microbatch")
         p2l, share = self._check_microbatch(placement)
-        self.last_physical_to_logical = p2l
-        replicas = self._copy_replicas(p2l)
-        if self._ticket is not None:
-            self._ticket.replicas = replicas
         counts = torch.stack([torch.bincount(i.reshape(-1), minlength=self.topology.num_logical_experts)
-                              for i in all_ids])  # [R, E]
-        before = counts[: dist.get_rank(group)].sum(dim=0)  # this rank's first token's index per expert
-        return self._to_physical(probs, routing_map, p2l, share, before, counts.sum(dim=0))
+                              for i in ids_per_rank])
+        return _MicrobatchPlan(p2l, share, counts)
 
     def _check_microbatch(self, placement: ExpertPlacement | None) -> tuple[np.ndarray, np.ndarray]:
         home = self.physical_to_logical
@@ -303,6 +327,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
         transfer(moves, self.slots_per_rank, self.ep_group, lambda s: flatten(pieces(s)),
                  lambda s, flat: unflatten_into(flat, pieces(s)))
+        self._prepared = None  # planned against the old homes
         self.physical_to_logical = np.where(np.isin(np.arange(new_p2l.size), homes), new_p2l, -1)
         return len(moves)
 
@@ -347,6 +372,34 @@ def balanced_layers(model: torch.nn.Module) -> list[ReplayBalancedMoELayer]:
     return [m for m in model.modules() if isinstance(m, ReplayBalancedMoELayer)]
 
 
+def _gather_layers(layers: list[ReplayBalancedMoELayer], topk_ids: np.ndarray) -> list[torch.Tensor]:
+    """All-gather this rank's [tokens, layers, k] routing over the EP group: [T_r, layers, k] per rank."""
+    if topk_ids.ndim != 3 or topk_ids.shape[1] != len(layers):
+        raise PlacementError(f"the routing must be [tokens, {len(layers)} layers, top_k] for the model's rlweave "
+                             f"MoE layers, got {topk_ids.shape}")
+    device = next(layers[0].router.parameters()).device  # NCCL gathers device tensors
+    ids = torch.as_tensor(np.asarray(topk_ids, dtype=np.int64), device=device)
+    rows = _gather_rows(ids.reshape(ids.shape[0], -1), layers[0].ep_group)
+    return [r.reshape(len(r), *topk_ids.shape[1:]) for r in rows]
+
+
+def prepare_microbatch(model: torch.nn.Module, topk_ids: np.ndarray) -> None:
+    """Where the trainer hands a micro-batch's replay data to Megatron (verl:
+    ``set_router_replay_data``): plan every layer's placement for it now, with one gather for all
+    layers, instead of inside each layer's forward.
+
+    ``topk_ids``: int [tokens, layers, top_k], this rank's tokens of the micro-batch, ``layers`` =
+    :func:`balanced_layers` of ``model``. Every rank of the EP group calls it; the next forward of
+    each layer uses the plan and checks that its routing is this one.
+    """
+    layers = balanced_layers(model)
+    if not layers:
+        return
+    per_rank = _gather_layers(layers, topk_ids)
+    for index, layer in enumerate(layers):
+        layer._prepared = layer._plan([ids[:, index] for ids in per_rank])
+
+
 def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_bounds: tuple[int, ...],
                    optimizer: torch.optim.Optimizer | None = None) -> int:
     """Before a training step: hand the step's replayed routing to ``rlweave_expert_placement``
@@ -360,15 +413,11 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
     layers = balanced_layers(model)
     if not layers:
         return 0
-    if topk_ids.shape[1] != len(layers):
-        raise PlacementError(f"the step's routing has {topk_ids.shape[1]} layers, the model {len(layers)} "
-                             f"rlweave MoE layers")
     first = layers[0]
     group, topology = first.ep_group, first.topology
     bounds = np.asarray(microbatch_bounds)
-    device = next(first.router.parameters()).device  # NCCL gathers device tensors
-    ids = torch.as_tensor(np.asarray(topk_ids, dtype=np.int64), device=device)
-    all_ids = _gather_rows(ids.reshape(ids.shape[0], -1), group)
+    all_ids = _gather_layers(layers, topk_ids)
+    device = next(first.router.parameters()).device
     all_bounds = _gather_rows(torch.as_tensor(bounds, device=device)[:, None], group)
     if len({len(b) for b in all_bounds}) != 1:
         raise PlacementError("every EP rank must run the same number of micro-batches")
@@ -378,7 +427,7 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
         for rows, b in zip(all_ids, all_bounds, strict=True):
             chunks.append(rows[int(b[m]) : int(b[m + 1])])
         offsets.append(offsets[-1] + sum(len(c) for c in chunks[-len(all_ids):]))
-    step_ids = torch.cat(chunks).reshape(-1, *topk_ids.shape[1:]).numpy()
+    step_ids = torch.cat(chunks).numpy()
     current = ExpertPlacement(np.stack([layer.physical_to_logical for layer in layers]),
                               np.stack([(layer.physical_to_logical >= 0).astype(float) for layer in layers]))
     placement = get_host().hook.rlweave_expert_placement(

@@ -3,7 +3,8 @@
 Both layers get the same logical weights and replay the same skewed routing (hot experts of
 EP rank 0, shifting between micro-batches). Two training steps of forward+backward per
 micro-batch (replicas per micro-batch) and an Adam step on both layers; before the second,
-``rebalance_step`` moves experts between ranks with their weights and Adam state.
+``rebalance_step`` moves experts between ranks with their weights and Adam state, and its
+micro-batches are planned ahead with ``prepare_microbatch`` (the first step's inside the forward).
 Writes ``<out>/rank<r>.pt``.
 
 Usage: balance_worker.py WORLD_SIZE OUT PORT
@@ -53,7 +54,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
-    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+    from rlweave.adapters.megatron.balanced_moe import prepare_microbatch, rebalance_step
 
     config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, world_size)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
@@ -88,6 +89,9 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
             g = torch.randn(per // 2, 2, HIDDEN)
             idx = torch.as_tensor(routing[m * per : (m + 1) * per])
             RouterReplay.set_replay_data([idx, idx])  # one RouterReplay per layer, in build order
+            if step:  # step 1 plans ahead from the replay data; step 0 plans inside the forward
+                prepare_microbatch(ours, routing[m * per : (m + 1) * per, None, :])
+                assert ours._prepared is not None
             RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
             mb = {}
             for name, layer in (("reference", reference), ("rlweave", ours)):
@@ -95,6 +99,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
                 output, _ = layer(inp)
                 (output * g).sum().backward()
                 mb[name] = {"output": output.detach(), "input_grad": inp.grad.detach()}
+            assert ours._prepared is None  # the forward used (and dropped) the prepared plan
             record["micro_batches"].append(mb)
         record["router_grad"] = {"reference": reference.router.weight.grad.clone(),
                                  "rlweave": ours.router.weight.grad.clone()}
