@@ -2,7 +2,8 @@
 
 Megatron allocates some buffers on ``torch.cuda.current_device()`` (router.py, mappings.py);
 on a CPU-only machine that device is the CPU. With the ``allgather`` dispatcher and
-``SequentialMLP`` experts nothing else needs a GPU (see the megatron EP spike notes).
+``SequentialMLP`` experts nothing else needs a GPU; the ``alltoall`` dispatcher also needs
+:func:`alltoall_without_cuda_streams` (see the megatron EP spike notes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,25 @@ def init_expert_parallel(rank: int, world_size: int, port: int) -> None:
     from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
+
+
+def alltoall_without_cuda_streams() -> None:
+    """Let Megatron's ``alltoall`` dispatcher run on CPU: it creates a CUDA stream in its
+    constructor and moves the split sizes to the host on it (token_dispatcher.py:468, :913).
+    On CPU there is no stream; the splits only need to become the Python lists gloo's
+    ``all_to_all_single`` takes. Stands in for the GPU, nothing else (CPU processes only)."""
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
+
+    def host_splits(self: Any, point: str, tokens_per_expert: torch.Tensor | None = None) -> Any:
+        if not self.drop_and_pad and point == self.cuda_dtoh_point:
+            for name in ("input_splits", "output_splits", "output_splits_tp"):
+                value = getattr(self, name)
+                if torch.is_tensor(value):
+                    setattr(self, name, value.tolist())
+        return tokens_per_expert
+
+    MoEAlltoAllTokenDispatcher.cuda_dtoh_stream = object()
+    MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize = host_splits
 
 
 def moe_config(experts: int, top_k: int, hidden: int, ffn: int, ep: int, **overrides: Any) -> Any:

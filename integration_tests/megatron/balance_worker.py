@@ -7,7 +7,7 @@ micro-batch (replicas per micro-batch) and an Adam step on both layers; before t
 micro-batches are planned ahead with ``prepare_microbatch`` (the first step's inside the forward).
 Writes ``<out>/rank<r>.pt``.
 
-Usage: balance_worker.py WORLD_SIZE OUT PORT
+Usage: balance_worker.py WORLD_SIZE OUT PORT  (BALANCE_DISPATCHER=allgather|alltoall)
 """
 
 from __future__ import annotations
@@ -47,16 +47,19 @@ def local_slice(rows: np.ndarray, rank: int, ws: int) -> np.ndarray:
 
 
 def run(rank: int, world_size: int, out: str, port: int) -> None:
-    from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
+    from rlweave.adapters.megatron.cpu import alltoall_without_cuda_streams, init_expert_parallel, moe_config
 
     init_expert_parallel(rank, world_size, port)
+    dispatcher = os.environ.get("BALANCE_DISPATCHER", "allgather")
+    if dispatcher == "alltoall":
+        alltoall_without_cuda_streams()
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
     from rlweave.adapters.megatron.balanced_moe import prepare_microbatch, rebalance_step
 
-    config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, world_size)
+    config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, world_size, moe_token_dispatcher_type=dispatcher)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
     gen = torch.Generator().manual_seed(1234)

@@ -30,7 +30,18 @@ def merged(ranks, step, key, who):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_balanced_layer_equals_megatron_and_computes_every_token_once(world_size, tmp_path):
-    ranks = run_ranks(world_size, tmp_path, script="balance_worker.py", **ENABLED)
+    check_against_megatron(run_ranks(world_size, tmp_path, script="balance_worker.py", **ENABLED), world_size)
+
+
+@pytest.mark.timeout(300)
+def test_alltoall_dispatcher_with_cpu_stand_in_for_cuda_streams(tmp_path):
+    """Megatron's alltoall dispatcher (uneven all-to-all over the physical slots); its CUDA
+    side stream is replaced for CPU by rlweave.adapters.megatron.cpu.alltoall_without_cuda_streams."""
+    ranks = run_ranks(2, tmp_path, script="balance_worker.py", BALANCE_DISPATCHER="alltoall", **ENABLED)
+    check_against_megatron(ranks, 2)
+
+
+def check_against_megatron(ranks, world_size):
     assert all(rank["class"] == "ReplayBalancedMoELayer" for rank in ranks)
     for step in range(2):
         for rank in ranks:
