@@ -97,6 +97,7 @@ def test_async_scheduler_refuses_preemption_scheduler_only_async_cannot_run_on_c
     host = get_host()
     plugin = _PreemptEveryRunning()
     host.pm.register(plugin)
+    environ = dict(os.environ)  # vLLM's config sets LD_PRELOAD & co., which later engines inherit
     try:
         assert _scheduler(RlweaveScheduler)._rlweave_engine.can_preempt
         scheduler = _scheduler(RlweaveAsyncScheduler)
@@ -108,3 +109,5 @@ def test_async_scheduler_refuses_preemption_scheduler_only_async_cannot_run_on_c
             scheduler.schedule()
     finally:
         host.pm.unregister(plugin)
+        os.environ.clear()
+        os.environ.update(environ)
