@@ -7,8 +7,10 @@ In the same processes, on the same tokens and the same logical weights, each tra
 - rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step, then per
   micro-batch ``prepare_microbatch`` and replicas; planning, copies and gradient reductions are
   all included in its time),
-alternating which goes first. A step's time is the slower rank's. The lower bound is Megatron's
-layer on a uniformly random routing of the same size (as balanced as routing gets).
+alternating which goes first. A step's time is the slower rank's wall time; beside it, the
+busiest rank's CPU time, which other processes on a shared machine disturb less. The lower
+bound is Megatron's layer on a uniformly random routing of the same size (as balanced as
+routing gets).
 
 Run by :mod:`rlweave.benchmarks.moe` in the megatron-core environment:
 ``python -m rlweave.benchmarks.moe_measured OUT.json [--tokens N] [--micro-batches M] ...``
@@ -40,6 +42,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--zipf", type=float, default=1.2)
     parser.add_argument("--slots-per-rank", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dispatcher", choices=("alltoall", "allgather"), default="alltoall")
     parser.add_argument("--trace", help="replay this .npz trace's routing (8 experts, top-2) instead of Zipf")
     return parser.parse_args(argv)
 
@@ -71,16 +74,18 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
+    from rlweave.adapters.megatron.cpu import alltoall_without_cuda_streams, init_expert_parallel, moe_config
 
     init_expert_parallel(rank, EP, port)
+    if opts.dispatcher == "alltoall":
+        alltoall_without_cuda_streams()
     from megatron.core.transformer.moe.moe_layer import MoELayer
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
     from rlweave.adapters.megatron.balanced_moe import prepare_microbatch, rebalance_step
 
-    config = moe_config(EXPERTS, TOP_K, opts.hidden, opts.ffn, EP)
+    config = moe_config(EXPERTS, TOP_K, opts.hidden, opts.ffn, EP, moe_token_dispatcher_type=opts.dispatcher)
     static = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
     with torch.no_grad():
@@ -96,12 +101,12 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
         layer.experts.register_forward_pre_hook(lambda _m, args: tokens_seen.append(int(args[1].sum())))
     per = opts.tokens // EP
 
-    def run_step(layer, routing: np.ndarray, step: int) -> tuple[float, list[int], torch.Tensor]:
+    def run_step(layer, routing: np.ndarray, step: int) -> tuple[float, float, list[int], torch.Tensor]:
         tokens_seen.clear()
         local = np.concatenate([routing[m * opts.tokens + rank * per: m * opts.tokens + (rank + 1) * per]
                                 for m in range(opts.micro_batches)])
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if layer is ours:
             rebalance_step(ours, local[:, None, :], tuple(np.arange(opts.micro_batches + 1) * per))
         first = None
@@ -116,12 +121,13 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
             out, _ = layer(x)
             out.square().mean().backward()
             first = out.detach() if first is None else first
-        elapsed = torch.tensor([time.perf_counter() - start])
+        elapsed = torch.tensor([time.perf_counter() - start, time.process_time() - cpu_start])
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         layer.zero_grad(set_to_none=True)
-        return float(elapsed), list(tokens_seen), first
+        return float(elapsed[0]), float(elapsed[1]), list(tokens_seen), first
 
     times: dict[str, list[float]] = {"static": [], "rlweave": [], "balanced": []}
+    cpu: dict[str, list[float]] = {"static": [], "rlweave": [], "balanced": []}  # busiest rank's CPU time
     loads: dict[str, list[list[int]]] = {"static": [], "rlweave": []}
     max_diff = 0.0
     for step in range(opts.steps + 1):
@@ -129,9 +135,10 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
         order = [("static", static, skewed), ("rlweave", ours, skewed), ("balanced", static, uniform)]
         outputs = {}
         for name, layer, routing in (order if step % 2 else order[::-1]):
-            seconds, seen, outputs[name] = run_step(layer, routing, step)
+            seconds, cpu_seconds, seen, outputs[name] = run_step(layer, routing, step)
             if step:  # step 0 warms up
                 times[name].append(seconds)
+                cpu[name].append(cpu_seconds)
                 if name in loads:
                     loads[name].append(seen)
         max_diff = max(max_diff, float((outputs["static"] - outputs["rlweave"]).abs().max()))
@@ -143,7 +150,9 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
             per_rank = np.array([g[name] for g in gathered], dtype=float)  # [ranks, steps, micro-batches]
             imbalance[name] = float((per_rank.max(axis=0) / per_rank.mean(axis=0)).mean())
         median = {name: statistics.median(t) for name, t in times.items()}
+        cpu_median = {name: statistics.median(t) for name, t in cpu.items()}
         result = {"step_s": median, "all_step_s": times, "max_mean_rank_tokens": imbalance,
+                  "busiest_rank_cpu_s": cpu_median, "cpu_speedup": cpu_median["static"] / cpu_median["rlweave"],
                   "speedup": median["static"] / median["rlweave"], "bound": median["static"] / median["balanced"],
                   "max_abs_output_diff": max_diff, "options": vars(opts)}
         with open(opts.out, "w") as f:
