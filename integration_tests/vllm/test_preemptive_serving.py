@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +114,40 @@ def test_async_scheduler_refuses_preemption_scheduler_only_async_cannot_run_on_c
         host.pm.unregister(plugin)
         os.environ.clear()
         os.environ.update(environ)
+
+
+# Explicit priority beats MLFQ: the short request finishes first under MLFQ alone; with
+# priorities (smaller first, as in vLLM) the engine must finish them in priority order.
+LENGTHS, PRIORITIES = [24, 24, 24, 4], [0, 1, 2, 3]
+
+
+def _priority_run() -> None:
+    """Run in a fresh process (``python THIS_FILE``): one slot, all requests at once, first
+    without priorities, then with them; the observer plugin logs the finishing order."""
+    from vllm import LLM, SamplingParams
+
+    from rlweave.tiny_models import ensure_tiny_model
+
+    llm = LLM(model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, seed=0,
+              max_num_seqs=1, dtype="float32", enforce_eager=True)
+    prompts = [f"request {i}: count to ten" for i in range(len(LENGTHS))]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in LENGTHS]
+    for priority in ([0] * len(LENGTHS), PRIORITIES):
+        llm.generate(prompts, params, priority=priority, use_tqdm=False)
+
+
+@pytest.mark.timeout(300)
+def test_explicit_priority_overrides_mlfq_levels(tmp_path):
+    log = tmp_path / "finished.jsonl"
+    env = engine_env(RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true",
+                     RLWEAVE_PLUGIN_MODULES="rlweave.benchmarks.serving_log",
+                     RLWEAVE_SERVING_LOG=str(log))
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    finished = [json.loads(line) for line in log.read_text().splitlines()]  # in finishing order
+    assert [r["output_len"] for r in finished[:4]] == [4, 24, 24, 24]  # MLFQ: short one first
+    assert [r["priority"] for r in finished[4:]] == PRIORITIES  # priority first, whatever MLFQ says
+
+
+if __name__ == "__main__":
+    _priority_run()
