@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> BenchResult:
                 if ep == args.ep[0] and layer == 0 and name == "static":
                     heat["static"] = ranks.tolist()
                 ratios[name] += imbalance(ranks).tolist()
-                step_s[name] += ranks.max(axis=1).sum() * cost.token_s
+                # EPLB re-plans once per step: its replicas are copied once per step (parallel links).
+                replicas = int(np.count_nonzero(p2l >= 0)) - experts
+                step_s[name] += ranks.max(axis=1).sum() * cost.token_s + replicas / ep * cost.replica_s
             start = time.perf_counter()
             home = plan_reorder(load, topo, static_home(topo), cost)
             plans = [plan_replication(load[m], home, topo, cost) for m in range(load.shape[0])]

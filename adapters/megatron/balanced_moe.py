@@ -30,8 +30,9 @@ weights, their ``.grad`` and the optimizer state of every moved expert travel wi
 Limits (each fails loudly, none silently): ``SequentialMLP`` experts (``moe_grouped_gemm=False``),
 expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no capacity
 dropping), one micro-batch's forward and backward before the next forward of the layer
-(Megatron's no-pipelining schedule), a ``torch.optim`` optimizer keyed by parameter (Megatron's
-distributed optimizer shards are not moved). Checkpoints hold physical slots; use
+(Megatron's no-pipelining schedule), a ``torch.optim`` optimizer over the layer's parameters
+(Megatron's distributed optimizer is refused: its shards are not moved yet), no Megatron DDP
+(``main_grad`` buffers). Checkpoints hold physical slots; use
 :meth:`ReplayBalancedMoELayer.logical_expert_state` / ``load_logical_expert_state``.
 """
 
@@ -188,6 +189,9 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
     def forward(self, hidden_states: torch.Tensor, intermediate_tensors: Any = None,
                 padding_mask: torch.Tensor | None = None) -> Any:
         self._ticket = None
+        if hasattr(self._slot_params(self.ep_rank * self.slots_per_rank)[0], "main_grad"):
+            raise NotImplementedError("rlweave.replay_balance reduces replica gradients in .grad; Megatron's "
+                                      "DistributedDataParallel (main_grad buffers) is not supported yet")
         if torch.is_grad_enabled():
             self._ticket = _Ticket(self)
             self._in_flight.add(self._ticket)
@@ -307,8 +311,14 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         moves = [(int(a), int(b)) for a, b in zip(old_owner, new_owner, strict=True) if a != b]
         if not moves:
             return 0
-        state = optimizer.state if optimizer is not None else {}
         local = [p for s in homes if s // self.slots_per_rank == self.ep_rank for p in self._slot_params(s)]
+        if optimizer is not None:
+            held = {id(p) for group in getattr(optimizer, "param_groups", []) for p in group["params"]}
+            if not isinstance(optimizer, torch.optim.Optimizer) or not all(id(p) in held for p in local):
+                raise NotImplementedError("rlweave.replay_balance moves the state of a torch.optim optimizer over "
+                                          "this layer's parameters; Megatron's distributed optimizer is not "
+                                          "supported yet")
+        state = optimizer.state if optimizer is not None else {}
         keys = {tuple(sorted(k for k, v in state.get(p, {}).items() if torch.is_tensor(v))) for p in local}
         if len(keys) > 1:
             raise RuntimeError("rlweave.replay_balance: the optimizer holds state for some experts of this layer "
