@@ -60,7 +60,36 @@ class StageFusionConfig(PluginSection):
 
 @dataclass
 class StreamGenerationConfig(PluginSection):
+    """StreamRL's streamed rollout (rlweave.plugins.stream_generation); not available until the
+    verl adapter lands.
+
+    ``mode``: ``on_policy`` (every trained sample was generated with the current weights) or
+    ``async`` (at most ``max_staleness`` weight versions old; weight transfer overlaps the next
+    training step). ``skewness_dispatch``: start the prompts the length ranker predicts longest
+    first, once it has learned from ``ranker_min_samples`` finished samples; ``ranker_decay``
+    discounts older samples per new one (1 = keep all equally).
+    """
+
     paper: ClassVar[str] = "StreamRL (arXiv 2504.15930)"
+    MODES: ClassVar[tuple[str, ...]] = ("on_policy", "async")
+    mode: str = "on_policy"
+    max_staleness: int = 1
+    skewness_dispatch: bool = True
+    ranker_min_samples: int = 32
+    ranker_decay: float = 1.0
+
+    def finalize(self) -> None:
+        key = "rlweave.stream_generation"
+        if self.mode not in self.MODES:
+            raise ConfigError(f"unknown {key}.mode '{self.mode}'; allowed: {', '.join(self.MODES)}.")
+        for option, value, ok, allowed in (
+            ("max_staleness", self.max_staleness, self.max_staleness >= 1,
+             ">= 1 (staleness 0 is mode=on_policy)"),
+            ("ranker_min_samples", self.ranker_min_samples, self.ranker_min_samples >= 1, ">= 1"),
+            ("ranker_decay", self.ranker_decay, 0 < self.ranker_decay <= 1, "in (0, 1]"),
+        ):
+            if not ok:
+                raise ConfigError(f"bad value {value!r} for '{key}.{option}'; allowed: {allowed}.")
 
 
 @dataclass
