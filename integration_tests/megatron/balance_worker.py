@@ -124,6 +124,10 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
             "rlweave": {e: [p.clone() for p in params] for e, params in ours.logical_expert_state().items()},
         }
         results["steps"].append(record)
+    # A model with two such layers: one gather hands each layer its own layer's routing.
+    pair = torch.nn.ModuleList(layer_spec(num_experts=EXPERTS).submodules.mlp(config=config) for _ in range(2))
+    prepare_microbatch(pair, np.stack([routing[:per], routing[per : 2 * per]], axis=1))
+    results["two_layer_counts"] = [layer._prepared.counts.sum(dim=0) for layer in pair]
     results["tokens_seen"] = tokens_seen
     results["routing"] = [skewed_routing(10 + step, world_size) for step in range(2)]
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))

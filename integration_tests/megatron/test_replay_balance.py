@@ -76,6 +76,9 @@ def check_against_megatron(ranks, world_size):
         assert sorted(homes.ravel().tolist()) == list(range(8))
         replicated += int(per_slot[np.arange(placement.size) % slots >= 8 // world_size].sum())
     assert replicated > 0  # replicas did take tokens
+    for layer, counts in enumerate(ranks[0]["two_layer_counts"]):  # layer l got micro-batch l's routing
+        routed = ranks[0]["routing"][1][layer * 384 : (layer + 1) * 384]
+        np.testing.assert_array_equal(counts.numpy(), np.bincount(routed.ravel(), minlength=8))
 
 
 @pytest.mark.timeout(300)
