@@ -1,0 +1,288 @@
+"""StreamRL's resource planner: how many generation and training instances on each pool.
+
+Disaggregation only pays if the two stages are balanced: too few engines and the trainer
+waits, too many and they idle behind the trainer. The planner takes profiles measured on the
+real engines and trainer and searches every split of every hardware pool:
+
+1. For each pool, ``g`` generation instances (``0 .. devices // generation.devices``); the
+   rest of the pool's devices hold training instances (more trainers never lower throughput).
+2. Predict the step of each split (below) and keep the one with the most samples/s.
+
+Prediction of one step, for ``workload.lengths`` [groups, group_size] output tokens in dispatch
+order (sort them by the ranker's scores for skewness-aware dispatch):
+
+- **Generation** is simulated event by event. Engines pull whole groups from one queue (as
+  producers claim from :class:`~rlweave.plugins.stream_generation.stream.SampleStream`) while
+  they have a free batch slot, and run continuous batching: with ``b`` sequences running, an
+  instance makes ``tokens_per_s(b)`` tokens/s (the profile, linearly interpolated), shared
+  equally. This is what exposes the skewness bubble: in the tail ``b`` drops and so does
+  throughput.
+- **Training** runs data-parallel over the training instances at ``sum(1 / seconds_per_sample)``
+  samples/s.
+- ``colocated`` (verl's synchronous loop): every device generates, then every device trains:
+  ``T_gen + T_train + weight_sync_s``.
+- ``on_policy`` (stream): the trainer takes a mini-batch of ``minibatch_groups`` groups as soon
+  as they are complete, so only training that cannot overlap generation adds to the step:
+  ``finish of the last mini-batch + weight_sync_s``.
+- ``async`` (staleness 1): generation of the next step overlaps training of this one; engines
+  pause only to load weights: ``max(T_gen + weight_sync_s, T_train)``.
+
+Prefill is not modelled separately (measure the generation profile with realistic prompts).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from itertools import product
+
+import numpy as np
+
+
+class PlanError(ValueError):
+    """The resources cannot hold a plan; the message names the cause and the fix."""
+
+
+class PlanMode(str, Enum):
+    COLOCATED = "colocated"
+    ON_POLICY = "on_policy"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True)
+class GenerationProfile:
+    """One engine instance on ``devices`` devices: total tokens/s at each batch size.
+    ``batch_sizes`` start at 1 and increase; the last is the instance's batch cap."""
+
+    batch_sizes: tuple[int, ...]
+    tokens_per_s: tuple[float, ...]
+    devices: int = 1
+
+    def __post_init__(self) -> None:
+        b, t = np.asarray(self.batch_sizes), np.asarray(self.tokens_per_s)
+        if (len(b) == 0 or len(b) != len(t) or b[0] != 1 or np.any(np.diff(b) <= 0)
+                or np.any(t <= 0) or self.devices < 1):
+            raise ValueError(f"bad GenerationProfile {self}: batch_sizes must start at 1 and increase, "
+                             f"with one positive tokens_per_s each, and devices >= 1")
+
+    @property
+    def max_batch(self) -> int:
+        return self.batch_sizes[-1]
+
+    def per_sequence_rate(self, batch: int) -> float:
+        """Tokens/s of each of ``batch`` running sequences."""
+        return float(np.interp(batch, self.batch_sizes, self.tokens_per_s)) / batch
+
+
+@dataclass(frozen=True)
+class TrainingProfile:
+    """One data-parallel training instance on ``devices`` devices."""
+
+    seconds_per_sample: float
+    devices: int = 1
+
+    def __post_init__(self) -> None:
+        if self.seconds_per_sample <= 0 or self.devices < 1:
+            raise ValueError(f"bad TrainingProfile {self}: seconds_per_sample > 0 and devices >= 1")
+
+
+@dataclass(frozen=True)
+class HardwarePool:
+    """Devices of one kind; a profile is ``None`` where that stage cannot run on the pool."""
+
+    name: str
+    devices: int
+    generation: GenerationProfile | None = None
+    training: TrainingProfile | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training step: ``lengths`` [groups, group_size] output tokens in dispatch order;
+    the trainer takes ``minibatch_groups`` groups per mini-batch; ``weight_sync_s`` publishes
+    new weights to the engines."""
+
+    lengths: np.ndarray
+    minibatch_groups: int
+    weight_sync_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        lengths = np.asarray(self.lengths)
+        if lengths.ndim != 2 or lengths.size == 0 or np.any(lengths < 1):
+            raise ValueError(f"Workload.lengths must be [groups, group_size] of positive token counts, "
+                             f"got shape {lengths.shape}")
+        if self.minibatch_groups < 1 or self.weight_sync_s < 0:
+            raise ValueError(f"minibatch_groups ({self.minibatch_groups}) must be >= 1 and weight_sync_s "
+                             f"({self.weight_sync_s}) >= 0")
+
+    @property
+    def samples(self) -> int:
+        return int(np.asarray(self.lengths).size)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Instances per pool for each stage, and the predicted step. Idle fractions are of the
+    step time, averaged over instances."""
+
+    mode: PlanMode
+    generation: dict[str, int]
+    training: dict[str, int]
+    devices: dict[str, tuple[int, int]]  # pool -> (devices used for generation, for training)
+    generation_s: float
+    training_s: float
+    step_s: float
+    samples_per_s: float
+    generation_idle: float
+    training_idle: float
+
+    def describe(self) -> str:
+        """The plan as a few printable lines."""
+        lines = [f"StreamRL plan ({self.mode.value}): {self.samples_per_s:.3g} samples/s predicted",
+                 f"{'pool':<12}{'generation instances':>22}{'training instances':>20}"]
+        for pool, (gen_devices, train_devices) in self.devices.items():
+            lines.append(f"{pool:<12}{self.generation.get(pool, 0):>12} ({gen_devices} dev)"
+                         f"{self.training.get(pool, 0):>12} ({train_devices} dev)")
+        lines.append(f"step {self.step_s:.3g} s: generation {self.generation_s:.3g} s "
+                     f"(idle {self.generation_idle:.0%}), training {self.training_s:.3g} s "
+                     f"(idle {self.training_idle:.0%})")
+        return "\n".join(lines)
+
+
+def simulate_generation(lengths: np.ndarray, engines: list[GenerationProfile]) -> tuple[np.ndarray, np.ndarray]:
+    """Continuous-batching simulation of ``lengths`` [groups, group_size] on ``engines``.
+
+    Returns (completion time of each group [groups], busy seconds of each engine [engines]).
+    An engine claims the next whole group while it has fewer than ``max_batch`` sequences
+    running or waiting (at time 0 engines claim in turn, one group per round), and starts
+    waiting sequences as batch slots free up.
+    """
+    lengths = np.asarray(lengths, dtype=float)
+    groups, group_size = lengths.shape
+    queue = deque(range(groups))
+    done, busy = np.zeros(groups), np.zeros(len(engines))
+    progress = np.zeros(len(engines))  # tokens made by each running sequence of the engine so far
+    last = np.zeros(len(engines))  # time progress was last brought up to date
+    started, finished = np.zeros(groups, dtype=int), np.zeros(groups, dtype=int)
+    running: list[list[tuple[float, int]]] = [[] for _ in engines]  # heap of (finish progress, group)
+    waiting: list[deque[int]] = [deque() for _ in engines]  # one entry per sample not yet started
+    events: list[tuple[float, int]] = []  # (time of the engine's next finish, engine)
+
+    def has_room(e: int) -> bool:
+        return len(running[e]) + len(waiting[e]) < engines[e].max_batch
+
+    def claim(e: int) -> None:
+        waiting[e].extend([queue.popleft()] * group_size)
+
+    def start_and_schedule(e: int, now: float) -> None:
+        while waiting[e] and len(running[e]) < engines[e].max_batch:
+            g = waiting[e].popleft()
+            heapq.heappush(running[e], (progress[e] + lengths[g, started[g]], g))
+            started[g] += 1
+        if running[e]:
+            rate = engines[e].per_sequence_rate(len(running[e]))
+            heapq.heappush(events, (now + (running[e][0][0] - progress[e]) / rate, e))
+
+    while queue and any(has_room(e) for e in range(len(engines))):
+        for e in range(len(engines)):
+            if queue and has_room(e):
+                claim(e)
+    for e in range(len(engines)):
+        start_and_schedule(e, 0.0)
+    while events:
+        now, e = heapq.heappop(events)
+        progress[e] += engines[e].per_sequence_rate(len(running[e])) * (now - last[e])
+        busy[e] += now - last[e]
+        last[e] = now
+        while running[e] and running[e][0][0] <= progress[e] + 1e-9 * max(1.0, progress[e]):
+            _, g = heapq.heappop(running[e])
+            finished[g] += 1
+            if finished[g] == group_size:
+                done[g] = now
+        while queue and has_room(e):
+            claim(e)
+        start_and_schedule(e, now)
+    return done, busy
+
+
+def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
+            generation: dict[str, int], training: dict[str, int]) -> Plan:
+    """The predicted step of one assignment of instances to pools (see the module docstring)."""
+    by_name = {p.name: p for p in pools}
+    engines = [by_name[name].generation for name, n in generation.items() for _ in range(n)]
+    rate = sum(n / by_name[name].training.seconds_per_sample for name, n in training.items() if n)
+    if not engines or not rate:
+        raise PlanError(f"an assignment needs at least one generation and one training instance, "
+                        f"got generation {generation} and training {training}")
+    lengths = np.asarray(workload.lengths)
+    done, busy = simulate_generation(lengths, engines)
+    group_size = lengths.shape[1]
+    t_gen, t_train = float(done.max()), workload.samples / rate
+    if mode is PlanMode.COLOCATED:
+        step = t_gen + t_train + workload.weight_sync_s
+    elif mode is PlanMode.ON_POLICY:
+        finish = 0.0
+        order = np.argsort(done, kind="stable")
+        for k in range(0, len(order), workload.minibatch_groups):
+            batch = order[k:k + workload.minibatch_groups]
+            finish = max(finish, float(done[batch].max())) + len(batch) * group_size / rate
+        step = finish + workload.weight_sync_s
+    else:
+        step = max(t_gen + workload.weight_sync_s, t_train)
+    devices = {}
+    for p in pools:
+        g, t = generation.get(p.name, 0), training.get(p.name, 0)
+        devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
+    return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
+                workload.samples / step, 1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step)
+
+
+def plan(pools: list[HardwarePool], workload: Workload, mode: PlanMode = PlanMode.ON_POLICY,
+         max_candidates: int = 20000) -> Plan:
+    """The assignment with the most predicted samples/s. ``colocated`` has one assignment
+    (every device does both stages); the other modes search every split of every pool.
+    Raises :class:`PlanError` when no assignment fits the pools."""
+    if len({p.name for p in pools}) != len(pools):
+        raise PlanError(f"pool names must be unique, got {[p.name for p in pools]}")
+    for stage in ("generation", "training"):
+        if not any(getattr(p, stage) and p.devices >= getattr(p, stage).devices for p in pools):
+            sizes = ", ".join(f"{p.name}: {p.devices} devices, "
+                              f"{getattr(p, stage).devices if getattr(p, stage) else 'no'} per instance"
+                              for p in pools)
+            raise PlanError(f"no pool can hold a {stage} instance ({sizes or 'no pools'}). Give a pool "
+                            f"with a {stage} profile and enough devices for one instance, or profile a "
+                            f"smaller {stage} instance")
+    if mode is PlanMode.COLOCATED:
+        return predict(pools, workload, mode,
+                       {p.name: p.devices // p.generation.devices for p in pools if p.generation},
+                       {p.name: p.devices // p.training.devices for p in pools if p.training})
+    splits = [_splits(p) for p in pools]
+    count = int(np.prod([len(s) for s in splits]))
+    if count > max_candidates:
+        raise PlanError(f"{count} splits to search (over {len(pools)} pools), more than max_candidates="
+                        f"{max_candidates}: profile larger instances (more devices each) or raise "
+                        f"max_candidates")
+    best = None
+    for choice in product(*splits):
+        if sum(g for g, _ in choice) and sum(t for _, t in choice):
+            candidate = predict(pools, workload, mode,
+                                {p.name: g for p, (g, _) in zip(pools, choice) if g},
+                                {p.name: t for p, (_, t) in zip(pools, choice) if t})
+            if best is None or candidate.samples_per_s > best.samples_per_s:
+                best = candidate
+    if best is None:
+        total = ", ".join(f"{p.name}: {p.devices}" for p in pools)
+        raise PlanError(f"the pools ({total} devices) cannot hold a generation instance and a training "
+                        f"instance at the same time in {mode.value} mode. Add devices, profile smaller "
+                        f"instances, or plan mode colocated, which time-shares the devices")
+    return best
+
+
+def _splits(pool: HardwarePool) -> list[tuple[int, int]]:
+    """(generation, training) instance counts the pool can hold: each count of generation
+    instances, with the rest of the devices given to training."""
+    gen_size = pool.generation.devices if pool.generation else pool.devices + 1
+    train_size = pool.training.devices if pool.training else pool.devices + 1
+    return [(g, (pool.devices - g * gen_size) // train_size) for g in range(pool.devices // gen_size + 1)]

@@ -1,0 +1,46 @@
+"""Hook implementations of the stream_generation plugin (StreamRL): skewness-aware dispatch.
+
+One :class:`LengthRanker` per process. The adapter must fire ``rlweave_dispatch_order`` and
+``rlweave_sample_finished`` in the same process (the one that submits prompts to the stream),
+because the ranker links a finished sample to its prompt's features by GRPO group id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlweave.config import RlweaveConfig
+from rlweave.hookspecs import hookimpl
+from rlweave.plugins.stream_generation.ranker import LengthRanker
+from rlweave.types import PromptInfo, SampleRecord
+
+ranker: LengthRanker | None = None
+skewness_dispatch = True
+
+
+def _ranker() -> LengthRanker:
+    if ranker is None:
+        raise RuntimeError("the stream_generation plugin was registered without rlweave_configure")
+    return ranker
+
+
+@hookimpl
+def rlweave_configure(config: RlweaveConfig) -> None:
+    global ranker, skewness_dispatch
+    c = config.stream_generation
+    ranker = LengthRanker(decay=c.ranker_decay, min_samples=c.ranker_min_samples)
+    skewness_dispatch = c.skewness_dispatch
+
+
+@hookimpl
+def rlweave_dispatch_order(prompts: Sequence[PromptInfo]) -> list[str] | None:
+    """Predicted long tail first; ``None`` (the framework's order) while the ranker is still
+    learning, or with ``skewness_dispatch=false`` (it keeps learning, for the ablation)."""
+    r = _ranker()
+    r.remember(prompts)
+    return r.dispatch_order(prompts) if skewness_dispatch else None
+
+
+@hookimpl
+def rlweave_sample_finished(sample: SampleRecord) -> None:
+    _ranker().observe(sample.group_id, sample.response_len)

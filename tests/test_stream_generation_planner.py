@@ -1,0 +1,108 @@
+"""StreamRL's resource planner: the generation simulation, the step model of each mode, the
+split search on homogeneous and heterogeneous pools, and clear errors for plans that cannot fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlweave.plugins.stream_generation.planner import (
+    GenerationProfile,
+    HardwarePool,
+    PlanError,
+    PlanMode,
+    TrainingProfile,
+    Workload,
+    plan,
+    predict,
+    simulate_generation,
+)
+
+
+def constant_rate(cap: int, per_sequence: float = 1.0, devices: int = 1) -> GenerationProfile:
+    """An engine whose every running sequence makes ``per_sequence`` tokens/s, up to ``cap``."""
+    sizes = (1, cap) if cap > 1 else (1,)
+    return GenerationProfile(sizes, tuple(per_sequence * b for b in sizes), devices)
+
+
+def test_simulation_of_continuous_batching() -> None:
+    lengths = np.array([[3.0, 5.0], [2.0, 2.0]])
+    done, busy = simulate_generation(lengths, [constant_rate(cap=8)])
+    assert done.tolist() == [5.0, 2.0] and busy.tolist() == [5.0]
+    done, _ = simulate_generation(lengths, [constant_rate(cap=1)])  # one at a time
+    assert done.tolist() == [8.0, 12.0]
+    # Throughput that saturates: 2 sequences share 1 token/s, so each takes twice as long.
+    done, _ = simulate_generation(np.array([[2.0, 2.0]]), [GenerationProfile((1, 2), (1.0, 1.0))])
+    assert done.tolist() == [4.0]
+
+
+def test_long_tail_first_shortens_generation() -> None:
+    """The skewness bubble in miniature: two single-slot engines pull from one queue."""
+    engines = [constant_rate(cap=1), constant_rate(cap=1)]
+    tail_first, _ = simulate_generation(np.array([[4.0], [1], [1], [1], [1]]), engines)
+    tail_last, _ = simulate_generation(np.array([[1.0], [1], [1], [1], [4]]), engines)
+    assert tail_first.max() == 4.0 and tail_last.max() == 6.0
+
+
+def test_step_model_of_each_mode() -> None:
+    pools = [HardwarePool("p", 2, constant_rate(cap=8), TrainingProfile(0.5))]
+    work = Workload(np.array([[1.0], [2], [3], [4]]), minibatch_groups=1, weight_sync_s=0.25)
+    split = dict(generation={"p": 1}, training={"p": 1})
+    # On-policy stream: each group trains as soon as it completes (at 1, 2, 3, 4 s).
+    on_policy = predict(pools, work, PlanMode.ON_POLICY, **split)
+    assert on_policy.step_s == pytest.approx(4.5 + 0.25)
+    assert (on_policy.generation_s, on_policy.training_s) == (4.0, 2.0)
+    assert predict(pools, work, PlanMode.ASYNC, **split).step_s == pytest.approx(4.25)
+    assert predict(pools, work, PlanMode.COLOCATED, **split).step_s == pytest.approx(4 + 2 + 0.25)
+    assert on_policy.samples_per_s == pytest.approx(4 / 4.75)
+    assert on_policy.training_idle == pytest.approx(1 - 2 / 4.75)
+    assert on_policy.generation_idle == pytest.approx(1 - 4 / 4.75)
+
+
+def test_planner_balances_the_stages_on_one_pool() -> None:
+    """Equal lengths, 8 slots per engine: generation takes 10 s per wave of 8 groups, training
+    1 s per sample per instance. Eight engines finish in one wave (10 s) and leave eight
+    trainers 8 s of work: the balanced split; fewer engines need a second wave."""
+    pools = [HardwarePool("gpu", 16, constant_rate(cap=8, per_sequence=10.0), TrainingProfile(1.0))]
+    work = Workload(np.full((64, 1), 100.0), minibatch_groups=8)
+    best = plan(pools, work, PlanMode.ASYNC)
+    assert (best.generation, best.training) == ({"gpu": 8}, {"gpu": 8})
+    assert best.step_s == pytest.approx(10.0) and best.samples_per_s == pytest.approx(6.4)
+    text = best.describe()
+    assert "StreamRL plan (async): 6.4 samples/s" in text and "gpu" in text and "step 10 s" in text
+    for g in range(1, 16):
+        other = predict(pools, work, PlanMode.ASYNC, {"gpu": g}, {"gpu": 16 - g})
+        assert other.samples_per_s <= best.samples_per_s
+
+
+def test_planner_puts_each_stage_on_the_pool_that_suits_it() -> None:
+    """Heterogeneous pools: memory-bandwidth-rich devices generate, compute-rich ones train."""
+    pools = [HardwarePool("h20", 4, constant_rate(cap=16, per_sequence=40.0), TrainingProfile(4.0)),
+             HardwarePool("h800", 4, constant_rate(cap=16, per_sequence=10.0), TrainingProfile(0.5))]
+    rng = np.random.default_rng(0)
+    work = Workload(np.sort(rng.lognormal(5, 1, (32, 4)), axis=None)[::-1].reshape(32, 4), minibatch_groups=4)
+    for mode in (PlanMode.ON_POLICY, PlanMode.ASYNC):
+        best = plan(pools, work, mode)
+        assert "h800" not in best.generation and best.training["h800"] == 4
+        assert best.generation["h20"] >= 3
+        assert best.samples_per_s > plan(pools, work, PlanMode.COLOCATED).samples_per_s
+
+
+def test_plans_that_cannot_fit_say_why_and_how_to_fix_it() -> None:
+    work = Workload(np.ones((4, 2)), minibatch_groups=1)
+    with pytest.raises(PlanError, match="no pool can hold a generation instance .*a: 8 devices, no per "
+                                        "instance.*Give a pool with a generation profile"):
+        plan([HardwarePool("a", 8, None, TrainingProfile(1.0))], work)
+    with pytest.raises(PlanError, match="no pool can hold a training instance .*4 per instance"):
+        plan([HardwarePool("a", 2, constant_rate(2), TrainingProfile(1.0, devices=4))], work)
+    one = [HardwarePool("a", 1, constant_rate(2), TrainingProfile(1.0))]
+    with pytest.raises(PlanError, match=r"\(a: 1 devices\) cannot hold a generation instance and a "
+                                        r"training instance at the same time.*plan mode colocated"):
+        plan(one, work, PlanMode.ON_POLICY)
+    assert plan(one, work, PlanMode.COLOCATED).generation == {"a": 1}  # time-shares the device
+    with pytest.raises(PlanError, match="splits to search .*raise max_candidates"):
+        plan([HardwarePool(f"p{i}", 30, constant_rate(2), TrainingProfile(1.0)) for i in range(3)], work)
+    with pytest.raises(ValueError, match="batch_sizes must start at 1"):
+        GenerationProfile((2, 4), (1.0, 2.0))
+    with pytest.raises(ValueError, match=r"\[groups, group_size\]"):
+        Workload(np.ones(4), minibatch_groups=1)
