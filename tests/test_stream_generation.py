@@ -88,11 +88,10 @@ def test_on_policy_drops_and_regenerates_stale_samples_and_never_delivers_them()
     s.advance_version()  # new weights: a/0 is now stale, and the in-flight a/1 will be
     assert s.stats.stale_dropped == 1
     assert not s.put("p0", record(ticket.sample_ids[1], 0))
-    regen = s.claim("p0", timeout=0)  # b (submitted earlier) then the stale ids of a
-    assert regen.group_id == "b" and regen.weight_version == 1
-    again = s.claim("p1", timeout=0)
-    assert again.sample_ids == ("a/0", "a/1") and again.weight_version == 1
-    for sid in regen.sample_ids + again.sample_ids:
+    regen = s.claim("p0", timeout=0)  # the stale ids of a, ahead of b (never claimed yet)
+    assert regen.sample_ids == ("a/0", "a/1") and regen.weight_version == 1
+    assert s.claim("p1", timeout=0).group_id == "b"
+    for sid in regen.sample_ids + ("b/0", "b/1"):
         assert s.put("p", record(sid, 1))
     batch = s.take(max_groups=4)
     assert batch.staleness == (0, 0)

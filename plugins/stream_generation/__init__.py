@@ -42,7 +42,9 @@ batch-level whitening (REINFORCE++, GAE whitening) would be computed per mini-ba
 adapter must refuse those estimators in stream mode rather than change their meaning. Async:
 standalone engines keep generating while the trainer trains; the weight push (rlweave's gloo
 checkpoint engine on CPU) overlaps the next step, and the stream's drop-and-regenerate bound
-replaces verl's ``max_off_policy_strategy``.
+replaces verl's ``max_off_policy_strategy``. Staleness k corresponds to verl's
+``max_off_policy_threshold = k + 1``, except that verl counts from the step a prompt was
+submitted in and the stream from the weights each sample was actually generated with.
 
 *Benchmark* (``rlweave bench stream``): same prompts, model, samples and steps, long-tailed
 output lengths (seeded, or ``--lengths`` JSONL forced with ``max_tokens`` and ``ignore_eos``):

@@ -17,7 +17,7 @@ output queue of the trainer at once, because its guarantees span both sides:
   delivered. *On-policy* mode allows staleness 0, *async* mode at most ``max_staleness`` (k).
 - **Stale samples are dropped and regenerated, never held.** A sample too old for the bound
   (on arrival, or after a version advance while it waited) is discarded and its sample id is
-  queued again for generation with the current weights. Holding it cannot help: versions only
+  queued again, ahead of new work, for generation with the current weights. Holding it cannot help: versions only
   grow, so an on-policy sample that is stale now is stale forever, and training on it would
   break on-policy semantics. Regenerating keeps the prompt in its step (no prompt is skipped,
   so the data order stays that of the dataloader), at the cost of generation work.
@@ -216,7 +216,7 @@ class SampleStream:
                 self.stats.stale_dropped += 1
                 if holder == producer:  # nobody else is generating it: queue it again
                     del group.claimed[index]
-                    self._requeue(group_id, group, [index], front=False)
+                    self._requeue(group_id, group, [index])
                 return False
             # Accepted; a re-issued copy of this id, queued or claimed elsewhere, is now moot.
             group.claimed.pop(index, None)
@@ -237,7 +237,7 @@ class SampleStream:
                 if lost:
                     for i in lost:
                         del group.claimed[i]
-                    self._requeue(group_id, group, lost, front=True)
+                    self._requeue(group_id, group, lost)
                     requeued = [sample_id(group_id, i) for i in lost] + requeued
             self.stats.requeued_lost += len(requeued)
             self._cond.notify_all()
@@ -276,13 +276,13 @@ class SampleStream:
         bound are dropped and queued for regeneration. Returns the new version."""
         with self._cond:
             self._version += 1
-            for group_id, group in sorted(self._groups.items(), key=lambda kv: kv[1].seq):
+            for group_id, group in sorted(self._groups.items(), key=lambda kv: -kv[1].seq):
                 stale = [i for i, s in sorted(group.received.items())
                          if self._version - s.record.weight_version > self.max_staleness]
                 for i in stale:
                     del group.received[i]
                 self.stats.stale_dropped += len(stale)
-                self._requeue(group_id, group, stale, front=False)
+                self._requeue(group_id, group, stale)
             self._cond.notify_all()
             return self._version
 
@@ -293,13 +293,15 @@ class SampleStream:
             raise ValueError(f"group {group_id!r} was already submitted; group ids must be unique per "
                              f"run (verl's prompt uid is)")
 
-    def _requeue(self, group_id: str, group: _Group, indices: Sequence[int], front: bool) -> None:
-        """Queue ``indices`` of ``group`` for generation. Invariant: a group id is in the work
-        queue exactly when it has queued samples."""
+    def _requeue(self, group_id: str, group: _Group, indices: Sequence[int]) -> None:
+        """Queue ``indices`` of ``group`` for generation again, ahead of new work: the group is
+        older than anything not yet claimed, and starting it first keeps its wait (and, in
+        async mode, its staleness) short. Invariant: a group id is in the work queue exactly
+        when it has queued samples."""
         if not indices:
             return
         if not group.queued:
-            (self._work.appendleft if front else self._work.append)(group_id)
+            self._work.appendleft(group_id)
         group.queued.update(indices)
         self._cond.notify_all()
 
