@@ -30,7 +30,6 @@ class PreemptiveScheduler:
         self.profile = IterationProfile()
         self.mlfq = SkipJoinMLFQ(self.fixed_quantum_s or _UNMEASURED_QUANTUM_S,
                                  config.quantum_ratio, config.num_levels, config.starvation_s)
-        self.preemptions = 0
         if not engine.can_preempt:
             log.warning("rlweave preemptive_serving: engine %s cannot preempt running requests "
                         "(vLLM async scheduling); MLFQ orders the waiting queue only.",
@@ -56,7 +55,6 @@ class PreemptiveScheduler:
         order, preempt = self.mlfq.decide([r.request_id for r in waiting],
                                           [r.request_id for r in running],
                                           self.engine.max_num_seqs, now, self.engine.can_preempt)
-        self.preemptions += len(preempt)
         return ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
 
     def finish(self, request_id: str) -> None:
