@@ -13,7 +13,8 @@ that drift as training goes on). Features (``x``, length ``dim``):
 
 - ``x[0] = 1`` (bias) and ``x[1] = log(1 + prompt_len)``;
 - each ``PromptInfo.features`` entry ``name: value``, hashed (CRC32) into one of the remaining
-  buckets with a hashed sign, so any feature set fits a fixed ``dim``;
+  buckets with a hashed sign, so any feature set fits a fixed ``dim`` (a categorical feature is
+  ``"task=code": 1.0``);
 - the prompt's identity (``PromptInfo.prompt_id``, hashed the same way): RL revisits the same
   prompts every epoch, and a prompt's own past lengths are its best predictor.
 
