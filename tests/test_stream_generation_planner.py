@@ -36,6 +36,47 @@ def test_simulation_of_continuous_batching() -> None:
     assert done.tolist() == [4.0]
 
 
+def iteration_by_iteration(lengths: np.ndarray, engines: list[GenerationProfile]) -> np.ndarray:
+    """The same engines stepped one decode iteration at a time (every running sequence makes
+    one token per iteration of ``b / tokens_per_s(b)`` seconds): group completion times."""
+    groups, size = lengths.shape
+    queue = [g for g in range(groups)]
+    clock = [0.0] * len(engines)
+    running: list[list[list[int]]] = [[] for _ in engines]  # [group, tokens left]
+    waiting: list[list[int]] = [[] for _ in engines]
+    started, finished, done = [0] * groups, [0] * groups, np.zeros(groups)
+    for _ in range(groups):  # engines claim in turn at time 0
+        for e, engine in enumerate(engines):
+            if queue and len(running[e]) + len(waiting[e]) < engine.max_batch:
+                waiting[e] += [queue.pop(0)] * size
+    while any(running) or any(waiting):
+        e = min((e for e in range(len(engines)) if running[e] or waiting[e]), key=lambda e: clock[e])
+        while queue and len(running[e]) + len(waiting[e]) < engines[e].max_batch:
+            waiting[e] += [queue.pop(0)] * size
+        while waiting[e] and len(running[e]) < engines[e].max_batch:
+            g = waiting[e].pop(0)
+            running[e].append([g, int(lengths[g, started[g]])])
+            started[g] += 1
+        clock[e] += 1 / engines[e].per_sequence_rate(len(running[e]))
+        for seq in running[e]:
+            seq[1] -= 1
+        for g, _ in [seq for seq in running[e] if seq[1] == 0]:
+            finished[g] += 1
+            done[g] = clock[e] if finished[g] == size else done[g]
+        running[e] = [seq for seq in running[e] if seq[1] > 0]
+    return done
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_event_simulation_equals_stepping_every_iteration(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 30, (int(rng.integers(1, 12)), int(rng.integers(1, 4)))).astype(float)
+    engines = [GenerationProfile((1, 3, 6), (2.0, 4.5, 6.0)), constant_rate(cap=2, per_sequence=3.0)]
+    engines = engines[:int(rng.integers(1, 3))]
+    done, _ = simulate_generation(lengths, engines)
+    assert done == pytest.approx(iteration_by_iteration(lengths, engines))
+
+
 def test_long_tail_first_shortens_generation() -> None:
     """The skewness bubble in miniature: two single-slot engines pull from one queue."""
     engines = [constant_rate(cap=1), constant_rate(cap=1)]
