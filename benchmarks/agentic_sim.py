@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from rlweave.benchmarks.agentic_workload import TOOL_OUTPUT_TOKENS, Trajectory
 from rlweave.plugins.agentic_rollout.orchestrator import TrajectoryOrchestrator
+from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
 from rlweave.types import InstanceLoad, TrajectoryInfo
 
@@ -30,11 +31,13 @@ class _Turn:
     index: int
     submit_s: float
     key: tuple
+    left: float | None = None  # tokens still to generate, when moved mid-turn
 
 
 @dataclass
 class _Instance:
     iid: str
+    cost: EngineCostModel
     running: dict[int, tuple[_Turn, float]] = field(default_factory=dict)  # id -> (turn, left)
     waiting: list[tuple[tuple, int, _Turn]] = field(default_factory=list)
     progress_from: float = 0.0
@@ -47,21 +50,28 @@ class SimResult:
     queueing_s: dict[str, float]  # per trajectory, summed over its turns
     finish_s: dict[str, float]
     migrations: int = 0
+    tail_switch_s: float | None = None  # when the tail moved to merged instances
 
 
 def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostModel, *,
              placement: str = "sticky", queue: str = "fcfs",
-             orchestrator: TrajectoryOrchestrator | None = None, seed: int = 0) -> SimResult:
+             orchestrator: TrajectoryOrchestrator | None = None, seed: int = 0,
+             tail: TailParallelism | None = None) -> SimResult:
     """verl's default is ``placement="sticky"`` (sticky least-in-flight) with ``queue="fcfs"``;
     rlweave's is ``"heddle"`` (the orchestrator's placement and migration) with ``"priority"``
-    (the orchestrator's per-turn priority). Mixed pairs are the ablations."""
+    (the orchestrator's per-turn priority). Mixed pairs are the ablations. ``tail`` (with heddle
+    placement) regroups instances once the orchestrator's loads say the switch pays."""
     if placement not in ("sticky", "heddle") or queue not in ("fcfs", "priority"):
         raise ValueError(f"unknown policy {placement!r}/{queue!r}: placement 'sticky' or "
                          "'heddle', queue 'fcfs' or 'priority'")
     if (placement, queue) != ("sticky", "fcfs") and orchestrator is None:
         raise ValueError("heddle placement and priority queues need an orchestrator")
+    if tail is not None and placement != "heddle":
+        raise ValueError("tail parallelism is a decision of heddle placement")
     rng = random.Random(seed)
-    insts = [_Instance(f"i{k}") for k in range(instances)]
+    insts = [_Instance(f"i{k}", cost) for k in range(instances)]
+    live = list(insts)  # instances placement may use (merging retires some)
+    switched_at: float | None = None
     by_id = {i.iid: i for i in insts}
     sticky: dict[str, str] = {}
     inflight = {i.iid: 0 for i in insts}
@@ -78,26 +88,27 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
 
     def advance(inst: _Instance, now: float) -> None:
         if inst.running and now > inst.progress_from:
-            done = (now - inst.progress_from) / cost.iteration_s(len(inst.running))
+            done = (now - inst.progress_from) / inst.cost.iteration_s(len(inst.running))
             for rid, (turn, left) in inst.running.items():
                 inst.running[rid] = (turn, left - done)
         inst.progress_from = max(inst.progress_from, now)
 
     def reschedule(inst: _Instance, now: float) -> None:
         prefill = 0
-        while inst.waiting and len(inst.running) < cost.slots:
+        while inst.waiting and len(inst.running) < inst.cost.slots:
             _, rid, turn = heapq.heappop(inst.waiting)
             waited = now - turn.submit_s
             queueing[turn.traj.id] += waited
             state[turn.traj.id]["queued"] += waited
-            inst.running[rid] = (turn, float(turn.traj.turn_tokens[turn.index]))
+            left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
+            inst.running[rid] = (turn, float(left))
             prefill += turn.traj.prompt_len + sum(turn.traj.turn_tokens[:turn.index]) \
                 + TOOL_OUTPUT_TOKENS * turn.index
-        inst.progress_from += prefill * cost.prefill_s_per_token
+        inst.progress_from += prefill * inst.cost.prefill_s_per_token
         inst.version += 1
         if inst.running:
             left = min(left for _, left in inst.running.values())
-            at = inst.progress_from + max(left, 0.0) * cost.iteration_s(len(inst.running))
+            at = inst.progress_from + max(left, 0.0) * inst.cost.iteration_s(len(inst.running))
             heapq.heappush(events, (at, next(seq), "instance", (inst.iid, inst.version)))
 
     def submit(t: Trajectory, now: float) -> None:
@@ -108,7 +119,7 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
                 low = min(inflight.values())
                 iid = sticky[t.id] = rng.choice([k for k, v in inflight.items() if v == low])
         else:
-            loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in insts]
+            loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in live]
             iid = orchestrator.choose_instance(info(t), loads, now)
         key: tuple = (orchestrator.priority(info(t)), now) if queue == "priority" else (now,)
         s["inst"] = iid
@@ -118,6 +129,45 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         turn = _Turn(t, s["turns"], now, key)
         heapq.heappush(inst.waiting, (key, next(seq), turn))
         reschedule(inst, now)
+
+    def switch_tail(now: float) -> None:
+        """Merge each group of ``tail.merge`` instances into its first; moved turns keep their
+        progress and re-prefill; the merged instance starts after the switch."""
+        nonlocal live, switched_at
+        switched_at = now
+        merged_cost = tail.merged_cost(cost)
+        groups = [live[k:k + tail.merge] for k in range(0, len(live) - len(live) % tail.merge, tail.merge)]
+        for head, *rest in groups:
+            advance(head, now)
+            for other in rest:
+                advance(other, now)
+                for rid, (turn, left) in other.running.items():
+                    turn.left = left
+                    heapq.heappush(head.waiting, (turn.key, rid, turn))
+                for entry in other.waiting:
+                    heapq.heappush(head.waiting, entry)
+                other.running, other.waiting = {}, []
+                other.version += 1
+                for s in state.values():
+                    if s["inst"] == other.iid:
+                        s["inst"] = head.iid
+            head.cost = merged_cost
+            for rid, (turn, left) in head.running.items():  # running turns pause for the switch
+                turn.left = left
+                heapq.heappush(head.waiting, (turn.key, rid, turn))
+            head.running = {}
+            head.progress_from = now + tail.switch_s
+            reschedule(head, now + tail.switch_s)
+        live = [g[0] for g in groups]
+
+    def maybe_switch_tail(now: float) -> None:
+        if tail is None or switched_at is not None or \
+                len(trajectories) - len(finish) > len(live) // tail.merge * cost.slots:
+            return
+        active = [info(t) for t in trajectories if t.id not in finish]
+        loads = [orchestrator.load(i) for i in active]
+        if tail.should_switch(loads, len(live), cost):
+            switch_tail(now)
 
     for t in trajectories:
         if orchestrator is not None:
@@ -153,8 +203,9 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
                     orchestrator.tool_started(info(t), now)
                 heapq.heappush(events, (now + t.tool_s[turn.index], next(seq), "submit", t))
         reschedule(inst, now)
+        maybe_switch_tail(now)
     return SimResult(max(finish.values()), queueing, finish,
-                     orchestrator.migrations if orchestrator is not None else 0)
+                     orchestrator.migrations if orchestrator is not None else 0, switched_at)
 
 
 def serial_time(t: Trajectory, cost: EngineCostModel) -> float:

@@ -64,6 +64,7 @@ class TrajectoryOrchestrator:
     _plan_instances: tuple[str, ...] = ()
     _tool_s_sum: float = 0.0
     _tool_calls: int = 0
+    _in_turn: dict[str, dict[str, int]] = field(default_factory=dict)  # instance -> id -> priority
 
     # -- what the adapter reports -------------------------------------------------------------
     def started(self, trajectory: TrajectoryInfo) -> None:
@@ -71,7 +72,8 @@ class TrajectoryOrchestrator:
 
     def tool_started(self, trajectory: TrajectoryInfo, now: float) -> None:
         t = self._track(trajectory)
-        t.tool_started_s, t.in_turn_at = now, None
+        t.tool_started_s = now
+        self._leave_turn(t)
 
     def tool_ended(self, trajectory: TrajectoryInfo, now: float) -> None:
         t = self._track(trajectory)
@@ -84,7 +86,9 @@ class TrajectoryOrchestrator:
         """Learn from a finished trajectory; a second report of the same one is ignored."""
         if trajectory.trajectory_id not in self._active:
             return
-        info = self._track(trajectory).info
+        t = self._track(trajectory)
+        info = t.info
+        self._leave_turn(t)
         del self._active[trajectory.trajectory_id]
         self._placed.pop(trajectory.trajectory_id, None)
         self.predictor.observe_finished(info.task, info.group_id, info.turns_done,
@@ -92,7 +96,7 @@ class TrajectoryOrchestrator:
 
     # -- decisions ------------------------------------------------------------------------------
     def remaining_s(self, trajectory: TrajectoryInfo) -> float:
-        load = self._load(trajectory)
+        load = self.load(trajectory)
         return load.remaining_tokens * self.cost.iteration_s(self.cost.slots) + load.remaining_tool_s
 
     def priority(self, trajectory: TrajectoryInfo) -> int:
@@ -104,10 +108,10 @@ class TrajectoryOrchestrator:
     def _queue_position(self, instance_id: str, priority: int) -> int:
         """0 when an instance has a free slot for a turn of ``priority``; otherwise 1 (the next
         slot to free) plus the more urgent turns that would be waiting before it."""
-        turns = [t.priority for t in self._active.values() if t.in_turn_at == instance_id]
+        turns = self._in_turn.get(instance_id, {})
         if len(turns) < self.cost.slots:
             return 0
-        urgent = sum(1 for p in turns if p <= priority)
+        urgent = sum(1 for p in turns.values() if p <= priority)
         return 1 + max(urgent - self.cost.slots, 0)
 
     def choose_instance(self, trajectory: TrajectoryInfo, instances: Sequence[InstanceLoad],
@@ -131,7 +135,9 @@ class TrajectoryOrchestrator:
                                              i != current, i != planned))
         if current is not None and target != current:
             self.migrations += 1
+        self._leave_turn(mine)
         self._placed[tid] = mine.in_turn_at = target
+        self._in_turn.setdefault(target, {})[tid] = mine.priority
         return target
 
     # -- internals ------------------------------------------------------------------------------
@@ -147,10 +153,16 @@ class TrajectoryOrchestrator:
             t.info = replace(trajectory, **kept)
         return t
 
+    def _leave_turn(self, t: _Trajectory) -> None:
+        if t.in_turn_at is not None:
+            self._in_turn.get(t.in_turn_at, {}).pop(t.info.trajectory_id, None)
+            t.in_turn_at = None
+
     def _mean_tool_s(self) -> float:
         return self._tool_s_sum / self._tool_calls if self._tool_calls else self.settings.prior_tool_s
 
-    def _load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
+    def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
+        """Predicted remaining decode tokens and tool time (placement's and parallelism's input)."""
         p = self.predictor.predict(trajectory.task, trajectory.group_id, trajectory.turns_done,
                                    trajectory.tokens_so_far)
         # Every remaining turn but the last is followed by a tool call.
@@ -158,7 +170,7 @@ class TrajectoryOrchestrator:
         return TrajectoryLoad(trajectory.trajectory_id, p.remaining_tokens, tool_s)
 
     def _replan(self, instance_ids: tuple[str, ...], now: float) -> None:
-        loads = [self._load(t.info) for t in self._active.values()]
+        loads = [self.load(t.info) for t in self._active.values()]
         runs = presorted_partition(loads, len(instance_ids), self.cost)
         self._plan = assign_runs(runs, instance_ids, self._placed)
         self._plan_time, self._plan_instances = now, instance_ids

@@ -122,7 +122,7 @@ def presorted_partition(loads: Sequence[TrajectoryLoad], instances: int,
     best = cut(hi)
     assert best is not None
     for _ in range(40):
-        if hi - lo <= 1e-3 * max(hi, 1e-9):
+        if hi - lo <= 1e-2 * max(hi, 1e-9):  # 1% of the makespan is below the model's error
             break
         mid = (lo + hi) / 2
         runs = cut(mid)

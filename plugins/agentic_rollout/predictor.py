@@ -31,8 +31,34 @@ class Prediction:
 
 @dataclass
 class _Pool:
+    """Finished trajectories of one task or group, with what a conditional mean needs: totals
+    sorted once per change and their suffix sums, so that a query costs O(log n)."""
+
     turns: list[int] = field(default_factory=list)
     tokens_per_turn: list[float] = field(default_factory=list)
+    _sorted: np.ndarray | None = None
+    _suffix: np.ndarray | None = None
+    _per_turn_sum: float | None = None
+
+    def add(self, turns: int, per_turn: float, keep: int) -> None:
+        self.turns.append(turns)
+        self.tokens_per_turn.append(per_turn)
+        del self.turns[:-keep], self.tokens_per_turn[:-keep]
+        self._sorted = self._per_turn_sum = None
+
+    def survivors(self, done: int) -> tuple[float, int]:
+        """Sum and count of totals greater than ``done``."""
+        if self._sorted is None:
+            self._sorted = np.sort(np.asarray(self.turns, dtype=float))
+            self._suffix = np.r_[np.cumsum(self._sorted[::-1])[::-1], 0.0]
+        first = int(np.searchsorted(self._sorted, done, side="right"))
+        return float(self._suffix[first]), len(self._sorted) - first
+
+    def per_turn(self) -> tuple[float, int]:
+        """Sum and count of tokens per turn."""
+        if self._per_turn_sum is None:
+            self._per_turn_sum = float(sum(self.tokens_per_turn))
+        return self._per_turn_sum, len(self.tokens_per_turn)
 
 
 class RemainingWorkPredictor:
@@ -49,28 +75,25 @@ class RemainingWorkPredictor:
 
     def observe_finished(self, task: str, group: str, turns: int, tokens: int) -> None:
         per_turn = tokens / max(turns, 1)
-        for pool in (self._tasks[task], self._groups[group]):
-            pool.turns.append(turns)
-            pool.tokens_per_turn.append(per_turn)
-            del pool.turns[:-self.history], pool.tokens_per_turn[:-self.history]
+        self._tasks[task].add(turns, per_turn, self.history)
+        self._groups[group].add(turns, per_turn, self.history)
 
     def predict(self, task: str, group: str, turns_done: int, tokens_done: int) -> Prediction:
         siblings, peers = self._groups.get(group, _Pool()), self._tasks.get(task, _Pool())
-        turns = np.array(siblings.turns + peers.turns, dtype=float)
-        per_turn = np.array(siblings.tokens_per_turn + peers.tokens_per_turn, dtype=float)
-        weights = np.r_[np.full(len(siblings.turns), self.sibling_weight),
-                        np.ones(len(peers.turns))]
-        survived = turns > turns_done
-        if survived.any():
-            total_turns = float(np.average(turns[survived], weights=weights[survived]))
+        w = self.sibling_weight
+        (s_sum, s_n), (p_sum, p_n) = siblings.survivors(turns_done), peers.survivors(turns_done)
+        if s_n or p_n:
+            total_turns = (w * s_sum + p_sum) / (w * s_n + p_n)
         elif turns_done == 0:
             total_turns = self.prior_turns
         else:
             # Longer than anything seen so far: in a heavy tail the expected remainder grows with
             # the age reached (Lindy), so predict as much again as half of what was done.
             total_turns = 1.5 * turns_done
-        tokens_per_turn = (float(np.average(per_turn, weights=weights)) if len(per_turn)
-                           else tokens_done / turns_done if turns_done
-                           else self.prior_tokens_per_turn)
+        (s_tok, s_cnt), (p_tok, p_cnt) = siblings.per_turn(), peers.per_turn()
+        if s_cnt or p_cnt:
+            tokens_per_turn = (w * s_tok + p_tok) / (w * s_cnt + p_cnt)
+        else:
+            tokens_per_turn = tokens_done / turns_done if turns_done else self.prior_tokens_per_turn
         remaining_turns = max(total_turns - turns_done, 0.0)
         return Prediction(remaining_turns, remaining_turns * tokens_per_turn)
