@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,34 +50,112 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=4096, help="tokens per micro-batch")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--zipf", type=float, default=1.2)
+    parser.add_argument("--scenario", choices=("shifting", "step-skew"), default="shifting",
+                        help="synthetic traces: hot experts shift every micro-batch, or one hot set per step")
     parser.add_argument("--measured-steps", type=int, default=4,
                         help="timed Megatron EP=2 steps (0 skips the measured part)")
     parser.add_argument("--measured-tokens", type=int, default=4096, help="tokens per measured micro-batch")
 
 
 def synthetic_trace(rng: np.random.Generator, args: argparse.Namespace, top_k: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """topk_ids [M*tokens, layers, top_k]: per micro-batch and layer a fresh permutation of a Zipf
-    popularity (Gumbel top-k sampling, so a token's experts are distinct)."""
+    """topk_ids [M*tokens, layers, top_k] from a Zipf popularity over a permutation of the
+    experts (Gumbel top-k sampling, so a token's experts are distinct). ``shifting``: a fresh
+    permutation per micro-batch and layer (hot experts shift every micro-batch); ``step-skew``:
+    one permutation per layer for the whole step (a per-step hot set)."""
     m, t, layers, e = args.micro_batches, args.tokens, args.layers, args.experts
     ids = np.empty((m * t, layers, top_k), dtype=np.int64)
     base = -args.zipf * np.log(np.arange(1, e + 1))
+    step_order = [rng.permutation(e) for _ in range(layers)]
     for mb in range(m):
         for layer in range(layers):
-            logits = base[rng.permutation(e)] + rng.gumbel(size=(t, e))
+            order = step_order[layer] if args.scenario == "step-skew" else rng.permutation(e)
+            logits = base[order] + rng.gumbel(size=(t, e))
             ids[mb * t:(mb + 1) * t, layer] = np.argpartition(-logits, top_k, axis=1)[:, :top_k]
     return ids, np.arange(m + 1) * t
 
 
-def run(args: argparse.Namespace) -> BenchResult:
+POLICIES = ("static", "eplb_history", "eplb_oracle", "rlweave")
+# rlweave's parts on their own: reordering alone, step replicas alone (no reorder, no
+# micro-batch replicas), micro-batch replicas alone (the first pass's planner without reorder).
+ABLATIONS = ("reorder_only", "step_replicas_only", "microbatch_only")
+REFERENCES = ("eplb_oracle_free_moves",)
+
+
+def score_layer(load: np.ndarray, history: np.ndarray, topo: Any, cost: Any) -> dict[str, dict]:
+    """Every policy on one layer's step: {policy: {"ratios": max/mean rank load per micro-batch,
+    "rank_load": [M, R], "step_s": modelled time, "planner_s", "moved"}}.
+
+    load: [M, E] tokens per expert and micro-batch; history: [E] the previous step's loads.
+    One accounting for all: the busiest rank's tokens x ``token_s`` per micro-batch, plus weight
+    copies and moves as :func:`...planner.transfer_s` times them (per-rank links, NVLink inside
+    a node, network across). EPLB re-lays its slots once per step: owners that change rank move
+    with their optimizer state, and replicas are copied from owners once per step (also shown
+    with owner moves free, ``eplb_oracle_free_moves``, which no trainer gets but bounds EPLB).
+    """
     from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
-    from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_loads
+    from rlweave.plugins.replay_balance.loads import imbalance, rank_loads
     from rlweave.plugins.replay_balance.planner import (
-        CostModel,
+        copy_s,
+        grow_replicas,
         home_layout,
+        move_s,
         plan_reorder,
         plan_replication,
+        plan_step,
         static_home,
+        transfer_s,
     )
+
+    s, static = topo.slots_per_rank, static_home(topo)
+    out = {}
+
+    def record(name: str, placements: list[tuple[np.ndarray, np.ndarray]], extra_s: float,
+               planner_s: float = 0.0, moved: int = 0) -> None:
+        ranks = np.stack([rank_loads(load[m], p2l, share, s) for m, (p2l, share) in enumerate(placements)])
+        out[name] = {"ratios": imbalance(ranks).tolist(), "rank_load": ranks,
+                     "step_s": float(ranks.max(axis=1).sum() * cost.token_s + extra_s),
+                     "planner_s": planner_s, "moved": moved}
+
+    record("static", [static_placement(topo)] * len(load), 0.0)
+    for name, planning in (("eplb_history", history), ("eplb_oracle", load.sum(axis=0))):
+        p2l, share = eplb_placement(planning, topo)
+        # The owner (weights, gradients, optimizer state) is the copy on the expert's current
+        # rank, else its first copy, which the owner moves to; the other copies are replicas.
+        owner = np.array([next((q for q in np.nonzero(p2l == e)[0] if q // s == static[e]), np.nonzero(p2l == e)[0][0])
+                          for e in range(topo.num_logical_experts)])
+        copies = np.setdiff1d(np.nonzero(p2l >= 0)[0], owner)
+        copy = transfer_s(owner[p2l[copies]] // s, copies // s, topo, cost, experts=p2l[copies])
+        moves = move_s(static, owner // s, topo, cost)
+        record(name, [(p2l, share)] * len(load), moves + copy, moved=int(np.count_nonzero(owner // s != static)))
+        if name == "eplb_oracle":  # as the first pass charged it: owners move for free
+            record("eplb_oracle_free_moves", [(p2l, share)] * len(load), copy)
+
+    start = time.perf_counter()
+    plan = plan_step(load, topo, static, cost)
+    planner_s = time.perf_counter() - start
+    homes = home_layout(plan.home, topo)[0]
+    per_mb = sum(copy_s(p2l, plan.layout, plan.home, topo, cost)
+                 for p2l in plan.physical_to_logical)
+    record("rlweave", list(zip(plan.physical_to_logical, plan.token_share, strict=True)),
+           move_s(static, plan.home, topo, cost) + copy_s(plan.layout, homes, plan.home, topo, cost)
+           + per_mb, planner_s, int(np.count_nonzero(plan.home != static)))
+
+    reordered = plan_reorder(load, topo, static, cost)
+    record("reorder_only", [home_layout(reordered, topo)] * len(load), move_s(static, reordered, topo, cost),
+           moved=int(np.count_nonzero(reordered != static)))
+    homes = home_layout(static, topo)[0]
+    replicas, shares = grow_replicas(load, homes, static, topo, cost, in_node=False)
+    record("step_replicas_only", list(zip([replicas] * len(load), shares, strict=True)),
+           copy_s(replicas, homes, static, topo, cost))
+    alone = [plan_replication(load[m], homes, topo, cost) for m in range(len(load))]
+    record("microbatch_only", alone,
+           sum(copy_s(p2l, homes, static, topo, cost) for p2l, _ in alone))
+    return out
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    from rlweave.plugins.replay_balance.loads import expert_loads
+    from rlweave.plugins.replay_balance.planner import CostModel
     from rlweave.types import ExpertTopology
 
     rng = np.random.default_rng(args.seed)
@@ -91,58 +170,33 @@ def run(args: argparse.Namespace) -> BenchResult:
                              f"{experts}; pass the model's expert count with --experts")
         loads = expert_loads(ids, offsets, experts)  # [M, L, E]
         half = max(1, loads.shape[0] // 2)
-        history, current, source = loads[:half].sum(0), loads, f"trace {args.trace}"
+        history, current = loads[:half].sum(0), loads
+        source = (f"trace {args.trace}: {loads.shape[0]} micro-batches x ~{int(np.diff(offsets).mean())} tokens, "
+                  f"{ids.shape[1]} layers")
     else:
         experts = args.experts
         history = expert_loads(*synthetic_trace(rng, args), experts).sum(0)
         current = expert_loads(*synthetic_trace(rng, args), experts)
-        source = f"synthetic Zipf {args.zipf}, hot experts shift every micro-batch"
+        hot = ("hot experts shift every micro-batch" if args.scenario == "shifting"
+               else "one hot set per step, a different one the step before")
+        source = (f"synthetic Zipf {args.zipf}, {hot}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
+                  f"{args.layers} layers")
     cost = CostModel()
-    policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
-    ablations = ("reorder_only", "replicate_only")  # rlweave's two timescales on their own
-    per_ep, planner_ms, heat, moved_experts = {}, [], {}, {}
+    names = POLICIES + REFERENCES + ABLATIONS
+    per_ep, planner_ms, heat = {}, [], {}
     for ep in args.ep:
         topo = ExpertTopology(experts, max(1, ep // args.ranks_per_node), min(ep, args.ranks_per_node),
                               experts // ep + args.spare_slots)
-        s = topo.slots_per_rank
-        ratios = {p: [] for p in policies + ablations}
-        step_s = {p: 0.0 for p in policies + ablations}
-        moved_experts[ep] = 0
-        for layer in range(current.shape[1]):
-            load = current[:, layer]  # [M, E]
-            fixed = {"static": static_placement(topo), "eplb_history": eplb_placement(history[layer], topo),
-                     "eplb_oracle": eplb_placement(load.sum(0), topo)}
-            for name, (p2l, share) in fixed.items():
-                ranks = rank_loads(load, p2l, share, s)
-                if ep == args.ep[0] and layer == 0 and name == "static":
-                    heat["static"] = ranks.tolist()
-                ratios[name] += imbalance(ranks).tolist()
-                # EPLB re-plans once per step: its replicas are copied once per step (parallel links).
-                replicas = int(np.count_nonzero(p2l >= 0)) - experts
-                step_s[name] += ranks.max(axis=1).sum() * cost.token_s + replicas / ep * cost.replica_s
-            start = time.perf_counter()
-            home = plan_reorder(load, topo, static_home(topo), cost)
-            plans = [plan_replication(load[m], home, topo, cost) for m in range(load.shape[0])]
-            planner_ms.append((time.perf_counter() - start) * 1e3 / load.shape[0])
-            moved = int(np.count_nonzero(home != static_home(topo)))
-            moved_experts[ep] += moved
-            reorder_only = [home_layout(home, topo)] * load.shape[0]
-            replicate_only = [plan_replication(load[m], static_home(topo), topo, cost) for m in range(load.shape[0])]
-            for name, plan, moves in (("rlweave", plans, moved), ("reorder_only", reorder_only, moved),
-                                      ("replicate_only", replicate_only, 0)):
-                # Moved experts cross nodes in parallel links, once per step (weights + optimizer state).
-                step_s[name] += moves / ep * cost.move_s
-                for m, (p2l, share) in enumerate(plan):
-                    ranks = rank_loads(load[m], p2l, share, s)
-                    if ep == args.ep[0] and layer == 0 and name == "rlweave":
-                        heat.setdefault("rlweave", []).append(ranks.tolist())
-                    ratios[name].append(float(imbalance(ranks)))
-                    replicas = int(np.count_nonzero(p2l >= 0)) - experts
-                    step_s[name] += ranks.max() * cost.token_s + replicas / max(ep, 1) * cost.replica_s
-        per_ep[ep] = {p: {"max_mean_mean": float(np.mean(ratios[p])), "max_mean_p99": float(np.percentile(ratios[p], 99)),
-                          "modelled_step_s": step_s[p]} for p in policies + ablations}
-        per_ep[ep]["experts_moved_by_reorder"] = moved_experts[ep]
-        # Lower bound: every micro-batch perfectly balanced, no replica copies.
+        layers = [score_layer(current[:, layer], history[layer], topo, cost) for layer in range(current.shape[1])]
+        planner_ms += [layer["rlweave"]["planner_s"] * 1e3 / current.shape[0] for layer in layers]
+        if ep == args.ep[0]:
+            heat = {name: layers[0][name]["rank_load"].tolist() for name in ("static", "rlweave")}
+        per_ep[ep] = {p: {"max_mean_mean": float(np.mean([r for layer in layers for r in layer[p]["ratios"]])),
+                          "max_mean_p99": float(np.percentile([r for layer in layers for r in layer[p]["ratios"]], 99)),
+                          "modelled_step_s": float(sum(layer[p]["step_s"] for layer in layers))} for p in names}
+        per_ep[ep]["experts_moved"] = {p: sum(layer[p]["moved"] for layer in layers)
+                                                  for p in ("eplb_history", "eplb_oracle", "rlweave", "reorder_only")}
+        # Lower bound: every micro-batch perfectly balanced, no copies or moves.
         per_ep[ep]["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
     mean_of = lambda p, k: float(np.mean([per_ep[ep][p][k] for ep in args.ep]))  # noqa: E731
     headline = {
@@ -152,6 +206,11 @@ def run(args: argparse.Namespace) -> BenchResult:
         "rlweave_max_mean_load": round(mean_of("rlweave", "max_mean_mean"), 3),
         "speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
         "speedup_vs_static": round(mean_of("static", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
+        "lower_bound_speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s")
+                                                    / float(np.mean([per_ep[ep]["lower_bound_step_s"] for ep in args.ep])), 3),
+        "speedup_vs_eplb_oracle_free_moves": round(mean_of("eplb_oracle_free_moves", "modelled_step_s")
+                                                   / mean_of("rlweave", "modelled_step_s"), 3),
+        "experts_moved_by_reorder": int(sum(per_ep[ep]["experts_moved"]["rlweave"] for ep in args.ep)),
         "planner_ms_per_layer": round(float(np.median(planner_ms)), 3),
         "measured_ep2_speedup": None,
         "measured_ep2_lower_bound": None,
@@ -163,16 +222,18 @@ def run(args: argparse.Namespace) -> BenchResult:
         headline["measured_ep2_cpu_time_speedup"] = round(measured["cpu_speedup"], 3)
     rows = [["EP", "policy", "max/mean mean", "max/mean p99", "modelled step (s)", "vs rlweave"]]
     for ep in args.ep:
-        for p in policies + ablations:
+        for p in names:
             r = per_ep[ep][p]
-            label = f"{p} ({per_ep[ep]['experts_moved_by_reorder']} experts moved)" if p == "reorder_only" else p
+            moved = per_ep[ep]["experts_moved"].get(p)
+            label = f"{p} ({moved} experts moved)" if moved is not None else p
             rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
                          f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
                      f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
-    regime = (f"MODELLED, not measured: {source}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
-              f"{experts} experts, {args.spare_slots} spare slots per rank, {args.ranks_per_node} ranks per node")
+    regime = (f"MODELLED, not measured: {source}; {experts} experts, {args.spare_slots} spare slots per rank, "
+              f"{args.ranks_per_node} ranks per node, {cost.expert_bytes / 1e6:.1f} MB experts, "
+              f"{cost.token_s * 1e6:.0f} us per token-expert")
     if measured:
         rows += measured_rows(measured)
         o = measured["options"]
@@ -248,7 +309,6 @@ def plot(result: BenchResult, path: Path) -> Path:
     per_ep = result.details["per_ep"]
     measured = result.details.get("measured_ep2")
     heat = result.details["rank_loads_first_ep_layer0"]
-    policies = ("static", "eplb_history", "eplb_oracle", "rlweave")
     fig, axes = plt.subplots(1, 4 if measured else 3, figsize=(17 if measured else 13, 3.8),
                              gridspec_kw={"width_ratios": [1, 1, 2.2] + ([1] if measured else [])})
     top = max(np.max(heat["static"]), np.max(heat["rlweave"]))
@@ -260,7 +320,7 @@ def plot(result: BenchResult, path: Path) -> Path:
     fig.colorbar(image, ax=axes[1], fraction=0.08)
     ax = axes[2]
     width = 0.2
-    for i, p in enumerate(policies):
+    for i, p in enumerate(POLICIES):
         ax.bar(np.arange(len(per_ep)) + i * width, [per_ep[ep][p]["max_mean_mean"] for ep in per_ep], width, label=p)
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="perfect balance")
     ax.set_xticks(np.arange(len(per_ep)) + 1.5 * width, [f"EP={ep}" for ep in per_ep])

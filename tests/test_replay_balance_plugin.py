@@ -72,7 +72,7 @@ def test_microbatch_placement_keeps_owners_and_replicates_into_spare_slots(enabl
 
 
 def test_step_placement_moves_owners_and_leaves_spare_slots_empty(enabled):
-    host = enabled()
+    host = enabled(ranks_per_node=1)  # two nodes of one rank: no in-node replicas, only moves help
     topology = topology_of(host, expert_bytes=16_384)
     trace = skewed_trace(np.random.default_rng(1), 512, micro_batches=2)
     placement = host.hook.rlweave_expert_placement(trace=trace, topology=topology, current=static_current(topology),

@@ -24,15 +24,19 @@ MICRO_BATCHES, TOKENS = 2, 384  # tokens per micro-batch, whole EP group
 
 
 def skewed_routing(seed: int, ws: int) -> np.ndarray:
-    """Global replayed top-2 ids [M * TOKENS, 2]: 85% of choices go to two hot experts of rank
-    0's block, a different pair each micro-batch."""
+    """Global replayed top-2 ids [M * TOKENS, 2]: 85% of choices go to EP rank 0's block: 60% to
+    two hot experts (a different pair each micro-batch) and 25% to the rest of the block, or all
+    85% to the pair when the block holds only those two; 15% to the other ranks. Replicas alone cannot even this out (one spare
+    slot per rank), so ReLibra's step plan also moves experts."""
     rng = np.random.default_rng(seed)
     block = EXPERTS // ws
     out = []
     for m in range(MICRO_BATCHES):
-        weights = np.ones(EXPERTS)
         hot = [(2 * m) % block, (2 * m + 1) % block] if block > 1 else [0, 1]
-        weights[hot] = 0.85 * (EXPERTS - 2) / 0.15 / 2
+        warm = [e for e in range(block) if e not in hot]
+        weights = np.full(EXPERTS, 0.15 / (EXPERTS - len(hot) - len(warm)))
+        weights[hot] = (0.6 if warm else 0.85) / 2
+        weights[warm] = 0.25 / max(len(warm), 1)
         p = weights / weights.sum()
         for _ in range(TOKENS):
             out.append(rng.choice(EXPERTS, size=TOP_K, replace=False, p=p))

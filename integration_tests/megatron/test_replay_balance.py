@@ -30,7 +30,11 @@ def merged(ranks, step, key, who):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_balanced_layer_equals_megatron_and_computes_every_token_once(world_size, tmp_path):
-    check_against_megatron(run_ranks(world_size, tmp_path, script="balance_worker.py", **ENABLED), world_size)
+    # EP=4 as two nodes of two ranks: replicas stay in a node, so the step plan moves experts
+    # across nodes (EP=2: one node, where one spare slot per rank is too few).
+    nodes = {"RLWEAVE__REPLAY_BALANCE__RANKS_PER_NODE": "2"}
+    check_against_megatron(run_ranks(world_size, tmp_path, script="balance_worker.py", **ENABLED, **nodes),
+                           world_size)
 
 
 @pytest.mark.timeout(300)

@@ -1,9 +1,15 @@
-"""ReLibra's two planners over exactly known loads.
+"""ReLibra's planners over exactly known loads, at its two timescales.
+
+Per step (:func:`plan_step`): expert reordering (new home ranks) and step replicas in spare
+slots, both from the loads of all of the step's micro-batches and both paid once per step.
+Per micro-batch (:func:`plan_replication`): the best token split over the step's layout (free:
+no weight moves) and further in-node replicas where they pay within the micro-batch.
 
 Shapes: ``E`` logical experts, ``R = nodes * ranks_per_node`` ranks, ``S`` slots per rank
 (``E // R`` home slots plus spare slots for replicas), ``M`` micro-batches in a step.
 A *home* assignment is int [E]: the rank that owns each expert's weights and optimizer state.
-A *placement* is (physical_to_logical [R*S], token_share [R*S]) for one layer and micro-batch.
+A *layout* is physical_to_logical [R*S] (-1 = empty slot); a *placement* adds token_share [R*S]
+for one layer and micro-batch.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlweave.plugins.replay_balance.split import split_shares, water_fill
 from rlweave.types import ExpertTopology
 
 
@@ -27,8 +34,9 @@ class CostModel:
     expert_bytes: bytes of one expert's weights.
     state_factor: bytes moved per weight byte when an expert changes owner (weights, gradients
         and optimizer state: 1 + 1 + 2 for Adam in fp32 master copies, per default).
-    intra_node_bytes_per_s / inter_node_bytes_per_s: replica copies stay in a node (NVLink);
-        reordering may cross nodes.
+    intra_node_bytes_per_s / inter_node_bytes_per_s: per-rank link speed inside a node (NVLink)
+        and across nodes; micro-batch replicas stay in a node, step replicas and reordering may
+        cross nodes.
     """
 
     token_s: float = 2e-6
@@ -36,14 +44,6 @@ class CostModel:
     state_factor: float = 4.0
     intra_node_bytes_per_s: float = 300e9
     inter_node_bytes_per_s: float = 25e9
-
-    @property
-    def replica_s(self) -> float:
-        return self.expert_bytes / self.intra_node_bytes_per_s
-
-    @property
-    def move_s(self) -> float:
-        return self.expert_bytes * self.state_factor / self.inter_node_bytes_per_s
 
 
 def check_topology(topology: ExpertTopology) -> int:
@@ -94,32 +94,91 @@ def home_of(physical_to_logical: np.ndarray, topology: ExpertTopology) -> np.nda
     return home
 
 
+def transfer_s(src: np.ndarray, dst: np.ndarray, topology: ExpertTopology, cost: CostModel,
+               state: bool = False, experts: np.ndarray | None = None) -> float:
+    """Time to send one expert from each ``src`` rank to the matching ``dst`` rank, all at once:
+    each rank's link carries its sends and its receives, at NVLink speed inside a node and the
+    network's across nodes. ``state``: owner moves carry weights, gradients and optimizer state
+    (``state_factor`` x the weights); a replica copy carries the weights alone. ``experts``: what
+    each copy carries; copies of one expert into one node leave its sender once (a broadcast
+    chain forwards them inside the node)."""
+    src, dst = np.asarray(src, dtype=int), np.asarray(dst, dtype=int)
+    if src.size == 0:
+        return 0.0
+    rpn = topology.ranks_per_node
+    nbytes = cost.expert_bytes * (cost.state_factor if state else 1.0)
+    each = np.where(src // rpn == dst // rpn, nbytes / cost.intra_node_bytes_per_s, nbytes / cost.inter_node_bytes_per_s)
+    first = np.ones(src.size, dtype=bool)
+    if experts is not None:
+        _, index = np.unique(np.stack([np.asarray(experts), dst // rpn]), axis=1, return_index=True)
+        first[:] = False
+        first[index] = True
+    send = np.bincount(src[first], weights=each[first], minlength=topology.num_ranks)
+    receive = np.bincount(dst, weights=each, minlength=topology.num_ranks)
+    return float(max(send.max(), receive.max()))
+
+
+def move_s(current: np.ndarray, home: np.ndarray, topology: ExpertTopology, cost: CostModel) -> float:
+    """Time to move every expert whose home changes, with its gradients and optimizer state."""
+    moved = np.nonzero(np.asarray(home) != np.asarray(current))[0]
+    return transfer_s(np.asarray(current)[moved], np.asarray(home)[moved], topology, cost, state=True)
+
+
+def copy_s(physical_to_logical: np.ndarray, base: np.ndarray, home: np.ndarray, topology: ExpertTopology,
+           cost: CostModel) -> float:
+    """Time to copy, from their owners (``home`` [E]), the replicas in ``physical_to_logical``
+    [R*S] that ``base`` (a layout already in place) does not hold."""
+    new = np.nonzero((physical_to_logical >= 0) & (physical_to_logical != base))[0]
+    experts = physical_to_logical[new]
+    return transfer_s(np.asarray(home)[experts], new // topology.slots_per_rank, topology, cost, experts=experts)
+
+
 def plan_reorder(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
                  cost: CostModel = CostModel()) -> np.ndarray:
-    """Step 1 (once per step): new home ranks minimising the sum over micro-batches of the
-    busiest rank's load, kept only if the time it saves beats the cost of moving experts.
+    """Expert reordering (once per step): new home ranks minimising the sum over micro-batches of
+    the busiest rank's load, kept only if the time it saves beats moving the experts.
 
     step_load: [M, E] tokens per expert in each micro-batch of the coming step (one layer).
     current: int [E] current home ranks. Returns int [E].
     """
+    home = reorder_search(step_load, topology, current)
+    saved = (step_max_sum(step_load, current, topology.num_ranks)
+             - step_max_sum(step_load, home, topology.num_ranks)) * cost.token_s
+    return home if saved > move_s(current, home, topology, cost) else np.array(current, copy=True)
+
+
+def reorder_search(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray) -> np.ndarray:
+    """Home ranks [E] packed in two steps, like EPLB's hierarchy: experts to nodes (what in-node
+    replication cannot even out), then to ranks inside their node. Heaviest expert first, each
+    to the place with a free home slot that least raises the sum over micro-batches of the
+    busiest node, then rank (ties: where it is now)."""
     per_rank = check_topology(topology)
-    ranks = topology.num_ranks
+    rpn = topology.ranks_per_node
     step_load = np.asarray(step_load, dtype=float)
     order = np.argsort(-step_load.sum(axis=0), kind="stable")  # heaviest experts first
-    rank_load = np.zeros((step_load.shape[0], ranks))
-    free = np.full(ranks, per_rank)
-    home = np.empty_like(current)
+    node = _pack(step_load, order, np.asarray(current) // rpn, np.full(topology.nodes, per_rank * rpn),
+                 np.zeros(len(current), dtype=int), topology.nodes)
+    return _pack(step_load, order, np.asarray(current), np.full(topology.num_ranks, per_rank), node, rpn)
+
+
+def _pack(step_load: np.ndarray, order: np.ndarray, current: np.ndarray, free: np.ndarray,
+          group: np.ndarray, width: int) -> np.ndarray:
+    """Bins [E] for the experts in ``order``: expert e may go to bins ``group[e] * width ...
+    + width`` with room in ``free`` [bins], the one least raising the sum over micro-batches of
+    the fullest bin (ties: ``current[e]``)."""
+    bin_load = np.zeros((step_load.shape[0], free.size))
+    out = np.empty(len(order), dtype=int)
     for e in order:
-        busiest = rank_load.max(axis=1, keepdims=True)
-        objective = np.maximum(busiest, rank_load + step_load[:, e : e + 1]).sum(axis=0)
-        objective[free == 0] = np.inf
-        objective[current[e]] -= 1e-9  # ties: stay home
-        r = int(np.argmin(objective))
-        home[e], free[r] = r, free[r] - 1
-        rank_load[:, r] += step_load[:, e]
-    saved = (step_max_sum(step_load, current, ranks) - rank_load.max(axis=1).sum()) * cost.token_s
-    moved = int(np.count_nonzero(home != current))
-    return home if saved > moved * cost.move_s else current.copy()
+        busiest = bin_load.max(axis=1, keepdims=True)
+        objective = np.maximum(busiest, bin_load + step_load[:, e : e + 1]).sum(axis=0)
+        allowed = np.zeros(free.size, dtype=bool)
+        allowed[group[e] * width : (group[e] + 1) * width] = True
+        objective[~allowed | (free == 0)] = np.inf
+        objective[current[e]] -= 1e-9
+        b = int(np.argmin(objective))
+        out[e], free[b] = b, free[b] - 1
+        bin_load[:, b] += step_load[:, e]
+    return out
 
 
 def step_max_sum(step_load: np.ndarray, home: np.ndarray, ranks: int) -> float:
@@ -129,50 +188,214 @@ def step_max_sum(step_load: np.ndarray, home: np.ndarray, ranks: int) -> float:
     return float(per_rank.max(axis=1).sum())
 
 
-def plan_replication(load: np.ndarray, home: np.ndarray, topology: ExpertTopology,
-                     cost: CostModel = CostModel(), target: float = 1.02) -> tuple[np.ndarray, np.ndarray]:
-    """Step 2 (per micro-batch and layer): replicate the hottest expert of the busiest rank onto
-    the least-loaded rank of the same node with a free slot, moving just enough tokens to level
-    the two, until max/mean <= ``target``, no spare slot is left in the node, or a new replica
-    would cost more than the compute it saves.
+def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topology: ExpertTopology,
+                  cost: CostModel, in_node: bool, target: float = 1.0, share: np.ndarray | None = None,
+                  candidates: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Fill spare slots of ``layout`` [R*S] with replicas while they pay over the loads ``load``
+    [M, E] (the step's micro-batches, or one micro-batch), each replica copied once from its
+    owner (``home`` [E]). ``in_node`` keeps replicas in their owner's node (NVLink copies).
 
-    load: [E] tokens per expert in this micro-batch; home: int [E].
-    Returns (physical_to_logical [R*S], token_share [R*S]); each expert's shares sum to 1.
+    Greedy: among the ``candidates`` experts (default 3 for a step, 1 for one micro-batch)
+    serving most tokens on the busiest ranks, add the (expert, rank) replica whose water-filled
+    split best lowers the busiest ranks, net of its copy time; stop when none pays or max/mean <= ``target`` everywhere. The replica sequence is
+    then cut at its best prefix by modelled time (busiest-rank tokens + copies), so the result
+    is never modelled slower than ``layout`` itself. ``share`` [M, R*S]: the best split over
+    ``layout`` when known. Returns (new layout [R*S], its best split [M, R*S]).
     """
-    per_rank = check_topology(topology)
+    check_topology(topology)
     ranks, slots, rpn = topology.num_ranks, topology.slots_per_rank, topology.ranks_per_node
     load = np.asarray(load, dtype=float)
-    p2l, share = home_layout(home, topology)
-    used = np.full(ranks, per_rank)
-    rank_load = np.zeros(ranks)
-    np.add.at(rank_load, home, load)
-    mean = rank_load.mean()
-    for _ in range(ranks * (slots - per_rank) * 4):
-        r = int(np.argmax(rank_load))
-        if mean <= 0 or rank_load[r] / mean <= target:
+    candidates = candidates or (3 if len(load) > 1 else 1)
+    home = np.asarray(home)
+    p2l = np.asarray(layout).copy()
+    used = (p2l.reshape(ranks, slots) >= 0).sum(axis=1)
+    share, rank_load = split_shares(load, p2l, slots, start=share, sweeps=20 if share is None else 0)
+    slot_load = load[:, np.maximum(p2l, 0)] * share  # [M, R*S] tokens each slot serves
+    mean = load.sum(axis=1) / ranks
+    copy_intra = cost.expert_bytes / cost.intra_node_bytes_per_s
+    copy_inter = cost.expert_bytes / cost.inter_node_bytes_per_s
+    send, receive, copy_now = np.zeros(ranks), np.zeros(ranks), 0.0  # replica copies so far, per link
+    sent = np.zeros((len(home), topology.nodes), dtype=bool)  # expert already sent into node (transfer_s)
+    node_of = np.arange(ranks) // rpn
+    added: list[int] = []  # slots filled, in order
+    best_time, best_count = rank_load.max(axis=1).sum() * cost.token_s, 0
+    patience = 4
+    while (np.any(used < slots) and np.any(rank_load.max(axis=1) > target * mean + 1e-9)
+           and len(added) < best_count + patience):  # stop after replicas that did not pay
+        peak = rank_load.max(axis=1)
+        busiest = rank_load >= peak[:, None] * (1 - 1e-9)  # [M, R]
+        patience = 4 + int(busiest.sum(axis=1).max())  # tied busiest ranks need a replica each
+        on_busiest = (slot_load * np.repeat(busiest, slots, axis=1)).sum(axis=0)  # [R*S]
+        served = np.bincount(np.maximum(p2l, 0), weights=on_busiest * (p2l >= 0), minlength=len(home))
+        best = None
+        for e in np.argsort(-served)[:candidates]:
+            if served[e] <= 0:
+                break
+            mine = np.nonzero(p2l == e)[0]
+            held = mine // slots
+            ok = used < slots
+            ok[held] = False
+            if in_node:
+                ok &= node_of == node_of[home[e]]
+            free = np.nonzero(ok)[0]
+            if free.size == 0:
+                continue
+            group = np.concatenate([np.broadcast_to(held, (free.size, held.size)), free[:, None]], axis=1)  # [Q, h+1]
+            base = rank_load[:, group].transpose(1, 0, 2).copy()  # [Q, M, h+1]
+            base[:, :, :-1] -= slot_load[:, mine][None]
+            x = water_fill(base, np.broadcast_to(load[:, e], base.shape[:2]))
+            after = (base + x).max(axis=2)  # [Q, M]
+            # The busiest rank outside the group, ignoring the other busiest ones (optimistic: later
+            # replicas may relieve those; the best-prefix cut below keeps only what paid).
+            in_group = np.zeros((free.size, ranks), dtype=bool)  # [Q, R]
+            in_group[:, held] = True
+            in_group[np.arange(free.size), free] = True
+            others = np.where(in_group[:, None, :] | busiest[None], -np.inf, rank_load[None]).max(axis=2)
+            relief = (peak[None] - np.maximum(after, others)).clip(min=0) * busiest[:, held].any(axis=1)[None]
+            each = np.where(node_of[free] == node_of[home[e]], copy_intra, copy_inter)
+            sends = ~sent[e, node_of[free]] * each
+            copy = np.maximum(copy_now, np.maximum(send[home[e]] + sends, receive[free] + each))
+            net = relief.sum(axis=1) * cost.token_s - (copy - copy_now)
+            q = int(np.argmax(net))
+            if net[q] > 0 and (best is None or net[q] > best[0]):
+                best = (net[q], int(e), int(free[q]), x[q], mine)
+        if best is None:
             break
-        node = np.arange(r // rpn * rpn, (r // rpn + 1) * rpn)
-        mine = np.arange(r * slots, r * slots + used[r])
-        served = load[p2l[mine]] * share[mine]
-        slot = int(mine[np.argmax(served)])
-        e = p2l[slot]
-        # The least-loaded rank of the node that holds e already (no copy) or has a free slot.
-        holders = {q for q in node if q != r and e in p2l[q * slots : q * slots + used[q]]}
-        candidates = holders | {q for q in node if q != r and used[q] < slots}
-        if not candidates:
-            break
-        q = min(candidates, key=lambda c: rank_load[c])
-        moved = min(served.max(), (rank_load[r] - rank_load[q]) / 2)
-        if moved <= 0 or (q not in holders and moved * cost.token_s <= cost.replica_s):
-            break
-        if q in holders:
-            target_slot = q * slots + int(np.nonzero(p2l[q * slots : q * slots + used[q]] == e)[0][0])
-        else:
-            target_slot = q * slots + used[q]
-            p2l[target_slot] = e
-            used[q] += 1
-        share[slot] -= moved / load[e]
-        share[target_slot] += moved / load[e]
-        rank_load[r] -= moved
-        rank_load[q] += moved
-    return p2l, share
+        _, e, q, x, mine = best
+        slot = q * slots + used[q]
+        used[q] += 1
+        p2l[slot] = e
+        cols = np.concatenate([mine, [slot]])
+        rank_load[:, cols // slots] += x - np.concatenate([slot_load[:, mine], np.zeros((len(load), 1))], axis=1)
+        slot_load[:, cols] = x
+        each = copy_intra if node_of[q] == node_of[home[e]] else copy_inter
+        send[home[e]] += each * (not sent[e, node_of[q]])
+        receive[q] += each
+        sent[e, node_of[q]] = True
+        copy_now = max(send.max(), receive.max())
+        added.append(slot)
+        total = rank_load.max(axis=1).sum() * cost.token_s + copy_now
+        if total < best_time - 1e-15:
+            best_time, best_count = total, len(added)
+    if not added:
+        return p2l, share
+    p2l[added[best_count:]] = -1
+    start = np.divide(slot_load, load[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
+                      where=load[:, np.maximum(p2l, 0)] > 0) if best_count == len(added) else None
+    return p2l, split_shares(load, p2l, slots, start=start)[0]
+
+
+def pinned_eplb(step_load: np.ndarray, home: np.ndarray, topology: ExpertTopology) -> np.ndarray:
+    """EPLB's replicas with the owners kept home: the expert with the most load per copy gets
+    the next copy until every spare slot is taken, then copies go heaviest first to the lightest
+    rank with a free slot that lacks the expert. Returns a layout [R*S]. A step-tier candidate
+    that fills every slot at once, where the replica-by-replica greedy would stop on a plateau."""
+    ranks, slots = topology.num_ranks, topology.slots_per_rank
+    weight = np.asarray(step_load, dtype=float).sum(axis=0) + 1e-9
+    p2l = home_layout(home, topology)[0]
+    used = (p2l.reshape(ranks, slots) >= 0).sum(axis=1)
+    copies = np.ones(len(weight), dtype=int)
+    for _ in range(int((slots - used).sum())):
+        open_ = np.where(copies < ranks, weight / copies, -np.inf)
+        copies[int(np.argmax(open_))] += 1
+    rank_load = np.bincount(home, weights=weight / copies, minlength=ranks)
+    holds = np.zeros((ranks, len(weight)), dtype=bool)
+    holds[home, np.arange(len(weight))] = True
+    extra = np.repeat(np.arange(len(weight)), copies - 1)
+    for e in extra[np.argsort(-(weight / copies)[extra], kind="stable")]:
+        fits = np.nonzero((used < slots) & ~holds[:, e])[0]
+        if fits.size == 0:
+            continue
+        r = fits[np.argmin(rank_load[fits])]
+        p2l[r * slots + used[r]] = e
+        used[r] += 1
+        holds[r, e] = True
+        rank_load[r] += weight[e] / copies[e]
+    return p2l
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One layer's plan for a whole step: ``home`` [E], the step ``layout`` [R*S] (home slots and
+    step replicas), each micro-batch's placement ``physical_to_logical`` and ``token_share``
+    [M, R*S] (the layout plus micro-batch replicas), and its modelled time ``time_s``."""
+
+    home: np.ndarray
+    layout: np.ndarray
+    physical_to_logical: np.ndarray
+    token_share: np.ndarray
+    time_s: float
+
+
+def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
+              cost: CostModel = CostModel(), target: float = 1.02, step_replicas: bool = True) -> StepPlan:
+    """Both tiers for one layer's step, from the loads of all of its micro-batches.
+
+    Step tier: home ranks (reordered) and step replicas in spare slots, paid once per step
+    (weights do not change between a step's micro-batches), their token shares re-split per
+    micro-batch for free. Micro-batch tier: :func:`plan_replication` on each micro-batch.
+    Candidates (current or reordered homes; no step replicas, which leaves the spare slots to
+    micro-batch replicas, better when hot experts shift every micro-batch; greedy step replicas;
+    or EPLB's replicas around the homes, :func:`pinned_eplb`) are compared by modelled time:
+    busiest-rank tokens, moves and copies.
+
+    step_load: [M, E]; current: int [E] current home ranks. ``step_replicas=False``: homes and
+    micro-batch replicas only, for an executor that copies every replica per micro-batch.
+    """
+    step_load = np.asarray(step_load, dtype=float)
+    slots = topology.slots_per_rank
+    plans = []
+    floor = step_load.sum() / topology.num_ranks * cost.token_s  # every micro-batch perfectly balanced
+    for home in (np.asarray(current), reorder_search(step_load, topology, current)):
+        if plans and not _reorder_may_pay(step_load, topology, current, home, cost,
+                                          min(p.time_s for p in plans) - floor):
+            continue
+        homes = home_layout(home, topology)[0]
+        moving = move_s(current, home, topology, cost)
+        layouts = [(homes, None)]
+        if step_replicas:
+            pinned = pinned_eplb(step_load, home, topology)
+            layouts += [grow_replicas(step_load, homes, home, topology, cost, in_node=False),
+                        (pinned, split_shares(step_load, pinned, slots)[0])]
+        for layout, share in layouts:
+            placed = [plan_replication(step_load[m], layout, topology, cost, target,
+                                       None if share is None else share[m : m + 1]) for m in range(len(step_load))]
+            p2l = np.stack([p for p, _ in placed])
+            shares = np.stack([q for _, q in placed])
+            served = np.where(p2l >= 0, np.take_along_axis(step_load, np.maximum(p2l, 0), axis=1), 0.0) * shares
+            busiest = served.reshape(len(step_load), topology.num_ranks, slots).sum(axis=2).max(axis=1)
+            time_s = (busiest.sum() * cost.token_s + moving
+                      + copy_s(layout, homes, home, topology, cost)
+                      + sum(copy_s(p, layout, home, topology, cost) for p in p2l))
+            plans.append(StepPlan(home, layout, p2l, shares, float(time_s)))
+    return min(plans, key=lambda p: (p.time_s, int(np.count_nonzero(p.home != current)), int(np.sum(p.layout >= 0))))
+
+
+def _reorder_may_pay(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray, home: np.ndarray,
+                     cost: CostModel, headroom_s: float) -> bool:
+    """Whether moving from ``current`` to ``home`` could pay: what it saves on the busiest rank,
+    or on the busiest node spread over its ranks (what in-node replicas reach), and what is left
+    above perfect balance (``headroom_s``), both beat the move."""
+    rpn = topology.ranks_per_node
+    saved = max(step_max_sum(step_load, current, topology.num_ranks) - step_max_sum(step_load, home, topology.num_ranks),
+                (step_max_sum(step_load, current // rpn, topology.nodes)
+                 - step_max_sum(step_load, home // rpn, topology.nodes)) / rpn)
+    return min(saved * cost.token_s, headroom_s) > move_s(current, home, topology, cost)
+
+
+def plan_replication(load: np.ndarray, layout: np.ndarray, topology: ExpertTopology,
+                     cost: CostModel = CostModel(), target: float = 1.02,
+                     share: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Micro-batch tier (per micro-batch and layer): the best split of this micro-batch's tokens
+    over ``layout`` [R*S] (home slots plus the step's replicas: free), plus in-node replicas of
+    hot experts in the spare slots left, each copied for this micro-batch only, while they pay
+    and max/mean rank load > ``target``.
+
+    load: [E] tokens per expert in this micro-batch; share: [1, R*S] the best split over
+    ``layout`` when known. Returns (physical_to_logical [R*S], token_share [R*S]); each
+    expert's shares sum to 1.
+    """
+    layout = np.asarray(layout)
+    p2l, share = grow_replicas(np.asarray(load, dtype=float)[None], layout, home_of(layout, topology), topology,
+                               cost, in_node=True, target=target, share=share)
+    return p2l, share[0]

@@ -3,8 +3,10 @@
 The Megatron adapter asks twice, at ReLibra's two timescales (``timescale``):
 
 - ``"step"``, once per training step with the routing of all its micro-batches: new home ranks
-  per layer (:func:`.planner.plan_reorder`), no replicas. The adapter moves weights and optimizer
-  state to match.
+  per layer (:func:`.planner.plan_step`), no replicas. The adapter moves weights and optimizer
+  state to match. The Megatron layer copies replicas per micro-batch, so the step plan is made
+  without step replicas (kept for the whole step, which the modelled benchmark also plans):
+  a move is judged against what micro-batch replicas alone reach.
 - ``"microbatch"``, per layer before a micro-batch is dispatched: replicas of hot experts in the
   spare slots of the same node, and each replica's share of its expert's tokens
   (:func:`.planner.plan_replication`). Home slots stay as they are.
@@ -25,8 +27,8 @@ from rlweave.plugins.replay_balance.planner import (
     check_topology,
     home_layout,
     home_of,
-    plan_reorder,
     plan_replication,
+    plan_step,
 )
 from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
 
@@ -72,8 +74,9 @@ def rlweave_expert_placement(trace: RoutingTrace, topology: ExpertTopology, curr
     for layer in range(layers):
         home = home_of(current.physical_to_logical[layer], topology)
         if timescale == "step":
-            plans.append(home_layout(plan_reorder(loads[:, layer], topology, home, cost), topology))
+            step = plan_step(loads[:, layer], topology, home, cost, _settings.threshold, step_replicas=False)
+            plans.append(home_layout(step.home, topology))
         else:
-            plans.append(plan_replication(loads[:, layer].sum(axis=0), home, topology, cost,
-                                          target=_settings.threshold))
+            plans.append(plan_replication(loads[:, layer].sum(axis=0), home_layout(home, topology)[0], topology,
+                                          cost, target=_settings.threshold))
     return ExpertPlacement(np.stack([p for p, _ in plans]), np.stack([s for _, s in plans]))
