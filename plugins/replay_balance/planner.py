@@ -209,7 +209,7 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
     home = np.asarray(home)
     p2l = np.asarray(layout).copy()
     used = (p2l.reshape(ranks, slots) >= 0).sum(axis=1)
-    share, rank_load = split_shares(load, p2l, slots, start=share, sweeps=20 if share is None else 0)
+    share, rank_load = split_shares(load, p2l, slots, start=share, sweeps=8 if share is None else 0)
     slot_load = load[:, np.maximum(p2l, 0)] * share  # [M, R*S] tokens each slot serves
     mean = load.sum(axis=1) / ranks
     copy_intra = cost.expert_bytes / cost.intra_node_bytes_per_s
@@ -217,6 +217,7 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
     send, receive, copy_now = np.zeros(ranks), np.zeros(ranks), 0.0  # replica copies so far, per link
     sent = np.zeros((len(home), topology.nodes), dtype=bool)  # expert already sent into node (transfer_s)
     node_of = np.arange(ranks) // rpn
+    each = np.where(node_of[:, None] == node_of[home][None], copy_intra, copy_inter)  # [R, E] one copy
     added: list[int] = []  # slots filled, in order
     best_time, best_count = rank_load.max(axis=1).sum() * cost.token_s, 0
     patience = 4
@@ -227,50 +228,21 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
         patience = 4 + int(busiest.sum(axis=1).max())  # tied busiest ranks need a replica each
         on_busiest = (slot_load * np.repeat(busiest, slots, axis=1)).sum(axis=0)  # [R*S]
         served = np.bincount(np.maximum(p2l, 0), weights=on_busiest * (p2l >= 0), minlength=len(home))
-        best = None
-        for e in np.argsort(-served)[:candidates]:
-            if served[e] <= 0:
-                break
-            mine = np.nonzero(p2l == e)[0]
-            held = mine // slots
-            ok = used < slots
-            ok[held] = False
-            if in_node:
-                ok &= node_of == node_of[home[e]]
-            free = np.nonzero(ok)[0]
-            if free.size == 0:
-                continue
-            group = np.concatenate([np.broadcast_to(held, (free.size, held.size)), free[:, None]], axis=1)  # [Q, h+1]
-            base = rank_load[:, group].transpose(1, 0, 2).copy()  # [Q, M, h+1]
-            base[:, :, :-1] -= slot_load[:, mine][None]
-            x = water_fill(base, np.broadcast_to(load[:, e], base.shape[:2]))
-            after = (base + x).max(axis=2)  # [Q, M]
-            # The busiest rank outside the group, ignoring the other busiest ones (optimistic: later
-            # replicas may relieve those; the best-prefix cut below keeps only what paid).
-            in_group = np.zeros((free.size, ranks), dtype=bool)  # [Q, R]
-            in_group[:, held] = True
-            in_group[np.arange(free.size), free] = True
-            others = np.where(in_group[:, None, :] | busiest[None], -np.inf, rank_load[None]).max(axis=2)
-            relief = (peak[None] - np.maximum(after, others)).clip(min=0) * busiest[:, held].any(axis=1)[None]
-            each = np.where(node_of[free] == node_of[home[e]], copy_intra, copy_inter)
-            sends = ~sent[e, node_of[free]] * each
-            copy = np.maximum(copy_now, np.maximum(send[home[e]] + sends, receive[free] + each))
-            net = relief.sum(axis=1) * cost.token_s - (copy - copy_now)
-            q = int(np.argmax(net))
-            if net[q] > 0 and (best is None or net[q] > best[0]):
-                best = (net[q], int(e), int(free[q]), x[q], mine)
+        top = np.argsort(-served)[:candidates]
+        best = _best_replica(top[served[top] > 0], p2l, used, slots, in_node, node_of, home, load, rank_load, slot_load, peak, busiest,
+                             each,
+                             send, receive, sent, copy_now, cost.token_s)
         if best is None:
             break
-        _, e, q, x, mine = best
+        e, q, x, mine = best
         slot = q * slots + used[q]
         used[q] += 1
         p2l[slot] = e
         cols = np.concatenate([mine, [slot]])
         rank_load[:, cols // slots] += x - np.concatenate([slot_load[:, mine], np.zeros((len(load), 1))], axis=1)
         slot_load[:, cols] = x
-        each = copy_intra if node_of[q] == node_of[home[e]] else copy_inter
-        send[home[e]] += each * (not sent[e, node_of[q]])
-        receive[q] += each
+        send[home[e]] += each[q, e] * (not sent[e, node_of[q]])
+        receive[q] += each[q, e]
         sent[e, node_of[q]] = True
         copy_now = max(send.max(), receive.max())
         added.append(slot)
@@ -325,6 +297,61 @@ class StepPlan:
     physical_to_logical: np.ndarray
     token_share: np.ndarray
     time_s: float
+
+
+def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots: int, in_node: bool,
+                  node_of: np.ndarray, home: np.ndarray, load: np.ndarray, rank_load: np.ndarray,
+                  slot_load: np.ndarray, peak: np.ndarray, busiest: np.ndarray, each: np.ndarray,
+                  send: np.ndarray, receive: np.ndarray, sent: np.ndarray, copy_now: float,
+                  token_s: float) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+    """The replica of one of ``experts`` on one free rank that pays best, all pairs evaluated at
+    once: (expert, rank, tokens per slot of the expert's slots then the new one [M, h+1], those
+    slots) or None when none pays. Holder sets are padded to one width with a phantom rank of
+    infinite load, which water-filling never fills. ``each`` [R, E]: one copy's time to a rank."""
+    ranks = len(used)
+    mine = [np.nonzero(p2l == e)[0] for e in experts]
+    width = max((len(m) for m in mine), default=0)
+    pairs = []  # (candidate index, free rank)
+    for i, e in enumerate(experts):
+        ok = used < slots
+        ok[mine[i] // slots] = False
+        if in_node:
+            ok &= node_of == node_of[home[e]]
+        pairs += [(i, q) for q in np.nonzero(ok)[0]]
+    if not pairs:
+        return None
+    which, free = np.array(pairs).T
+    held = np.full((len(experts), width), ranks)  # phantom rank
+    held_slots = np.full((len(experts), width), p2l.size)  # phantom slot
+    for i, m in enumerate(mine):
+        held[i, : len(m)], held_slots[i, : len(m)] = m // slots, m
+    group = np.concatenate([held[which], free[:, None]], axis=1)  # [P, width + 1]
+    loads = np.concatenate([rank_load, np.full((len(load), 1), np.inf)], axis=1)
+    served = np.concatenate([slot_load, np.zeros((len(load), 1))], axis=1)
+    base = loads[:, group].transpose(1, 0, 2)  # [P, M, width + 1]
+    base[:, :, :-1] -= served[:, held_slots[which]].transpose(1, 0, 2)
+    x = water_fill(base, load[:, experts[which]].T)
+    after = np.where(np.isinf(base), -np.inf, base + x).max(axis=2)  # [P, M]
+    holders = np.zeros((len(pairs), ranks + 1), dtype=bool)
+    holders[np.arange(len(pairs))[:, None], held[which]] = True
+    relieved = (busiest[None] & holders[:, None, :ranks]).any(axis=2)  # [P, M]: a holder is busiest
+    in_group = holders
+    in_group[np.arange(len(pairs)), free] = True
+    # The busiest rank outside the group, ignoring the other busiest ones (optimistic: later
+    # replicas may relieve those; the best-prefix cut in grow_replicas keeps only what paid).
+    others = np.where(in_group[:, None, :ranks] | busiest[None], -np.inf, rank_load[None]).max(axis=2)
+    relief = (peak[None] - np.maximum(after, others)).clip(min=0) * relieved
+    owner = home[experts[which]]
+    one = each[free, experts[which]]
+    copy = np.maximum(copy_now, np.maximum(send[owner] + ~sent[experts[which], node_of[free]] * one,
+                                           receive[free] + one))
+    net = relief.sum(axis=1) * token_s - (copy - copy_now)
+    p = int(np.argmax(net))
+    if net[p] <= 0:
+        return None
+    i = which[p]
+    real = np.r_[np.arange(len(mine[i])), width]
+    return int(experts[i]), int(free[p]), x[p][:, real], mine[i]
 
 
 def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,

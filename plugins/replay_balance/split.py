@@ -32,7 +32,7 @@ def holders(physical_to_logical: np.ndarray, slots_per_rank: int) -> dict[int, n
 
 
 def split_shares(load: np.ndarray, physical_to_logical: np.ndarray, slots_per_rank: int,
-                 start: np.ndarray | None = None, sweeps: int = 20) -> tuple[np.ndarray, np.ndarray]:
+                 start: np.ndarray | None = None, sweeps: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """The best token split of each micro-batch for one layout.
 
     load: [M, E] tokens per expert; physical_to_logical: [R*S] (-1 empty, each expert at most once
