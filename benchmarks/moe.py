@@ -316,8 +316,8 @@ def plot(result: BenchResult, path: Path) -> Path:
     per_ep = result.details["per_ep"]
     measured = result.details.get("measured_ep2")
     heat = result.details["rank_loads_first_ep_layer0"]
-    fig, axes = plt.subplots(1, 4 if measured else 3, figsize=(17 if measured else 13, 3.8),
-                             gridspec_kw={"width_ratios": [1, 1, 2.2] + ([1] if measured else [])})
+    fig, axes = plt.subplots(1, 5 if measured else 4, figsize=(22 if measured else 18, 3.8),
+                             gridspec_kw={"width_ratios": [1, 1, 2.2, 2.2] + ([1] if measured else [])})
     top = max(np.max(heat["static"]), np.max(heat["rlweave"]))
     for hax, name in zip(axes[:2], ("static", "rlweave"), strict=True):
         image = hax.imshow(np.asarray(heat[name]), aspect="auto", cmap="magma", vmin=0, vmax=top)
@@ -325,22 +325,28 @@ def plot(result: BenchResult, path: Path) -> Path:
         hax.set_xlabel("rank")
         hax.set_ylabel("micro-batch")
     fig.colorbar(image, ax=axes[1], fraction=0.08)
-    ax = axes[2]
-    width = 0.2
-    for i, p in enumerate(POLICIES):
-        ax.bar(np.arange(len(per_ep)) + i * width, [per_ep[ep][p]["max_mean_mean"] for ep in per_ep], width, label=p)
-    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="perfect balance")
-    ax.set_xticks(np.arange(len(per_ep)) + 1.5 * width, [f"EP={ep}" for ep in per_ep])
-    ax.set_ylabel("max/mean rank load (mean over micro-batches)")
-    ax.set_yscale("log")
-    ax.set_title("MoE expert balance per micro-batch (modelled)")
-    ax.legend(fontsize=8)
+    panels = ((axes[2], POLICIES, lambda ep, p: per_ep[ep][p]["max_mean_mean"],
+               "max/mean rank load (mean over micro-batches)", "MoE expert balance per micro-batch (modelled)"),
+              (axes[3], POLICIES + REFERENCES,
+               lambda ep, p: per_ep[ep][p]["modelled_step_s"] / per_ep[ep]["lower_bound_step_s"],
+               "modelled step time / perfect balance", "step time incl. moves and copies (modelled)"))
+    for ax, names, value, ylabel, title in panels:
+        width = 0.8 / len(names)
+        for i, p in enumerate(names):
+            ax.bar(np.arange(len(per_ep)) + i * width, [value(ep, p) for ep in per_ep], width, label=p,
+                   hatch="//" if p in REFERENCES else None)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--", label="perfect balance")
+        ax.set_xticks(np.arange(len(per_ep)) + 0.4 - width / 2, [f"EP={ep}" for ep in per_ep])
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+    axes[3].legend(fontsize=7)
     if measured:
         names = ("static", "rlweave", "balanced")
-        axes[3].bar(["static", "rlweave", "lower bound\n(uniform)"], [measured["step_s"][n] for n in names],
+        axes[4].bar(["static", "rlweave", "lower bound\n(uniform)"], [measured["step_s"][n] for n in names],
                     color=["tab:blue", "tab:red", "tab:gray"])
-        axes[3].set_ylabel("s per step (slower rank)")
-        axes[3].set_title(f"measured: Megatron EP=2 on gloo\n{measured['speedup']:.2f}x vs static "
+        axes[4].set_ylabel("s per step (slower rank)")
+        axes[4].set_title(f"measured: Megatron EP=2 on gloo\n{measured['speedup']:.2f}x vs static "
                           f"(bound {measured['bound']:.2f}x)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
