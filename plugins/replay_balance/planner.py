@@ -197,9 +197,10 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
 
     Greedy: among the ``candidates`` experts (default 3 for a step, 1 for one micro-batch)
     serving most tokens on the busiest ranks, add the (expert, rank) replica whose water-filled
-    split best lowers the busiest ranks, net of its copy time; stop when none pays or max/mean <= ``target`` everywhere. The replica sequence is
-    then cut at its best prefix by modelled time (busiest-rank tokens + copies), so the result
-    is never modelled slower than ``layout`` itself. ``share`` [M, R*S]: the best split over
+    split best lowers the busiest ranks, net of its copy time; stop when none pays or max/mean
+    <= ``target`` everywhere. The replica sequence is then cut at its best prefix by modelled
+    time (busiest-rank tokens + copies), so the result is never modelled slower than ``layout``
+    itself. ``share`` [M, R*S]: the best split over
     ``layout`` when known. Returns (new layout [R*S], its best split [M, R*S]).
     """
     check_topology(topology)
@@ -229,9 +230,8 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
         on_busiest = (slot_load * np.repeat(busiest, slots, axis=1)).sum(axis=0)  # [R*S]
         served = np.bincount(np.maximum(p2l, 0), weights=on_busiest * (p2l >= 0), minlength=len(home))
         top = np.argsort(-served)[:candidates]
-        best = _best_replica(top[served[top] > 0], p2l, used, slots, in_node, node_of, home, load, rank_load, slot_load, peak, busiest,
-                             each,
-                             send, receive, sent, copy_now, cost.token_s)
+        best = _best_replica(top[served[top] > 0], p2l, used, slots, in_node, node_of, home, load, rank_load,
+                             slot_load, peak, busiest, each, send, receive, sent, copy_now, cost.token_s)
         if best is None:
             break
         e, q, x, mine = best
