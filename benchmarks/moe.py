@@ -69,10 +69,10 @@ def synthetic_trace(rng: np.random.Generator, args: argparse.Namespace, top_k: i
     m, t, layers, e = args.micro_batches, args.tokens, args.layers, args.experts
     ids = np.empty((m * t, layers, top_k), dtype=np.int64)
     base = -args.zipf * np.log(np.arange(1, e + 1))
-    step_order = [rng.permutation(e) for _ in range(layers)]
+    step_order = [rng.permutation(e) for _ in range(layers)] if args.scenario == "step-skew" else None
     for mb in range(m):
         for layer in range(layers):
-            order = step_order[layer] if args.scenario == "step-skew" else rng.permutation(e)
+            order = rng.permutation(e) if step_order is None else step_order[layer]
             logits = base[order] + rng.gumbel(size=(t, e))
             ids[mb * t:(mb + 1) * t, layer] = np.argpartition(-logits, top_k, axis=1)[:, :top_k]
     return ids, np.arange(m + 1) * t

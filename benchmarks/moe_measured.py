@@ -63,7 +63,7 @@ def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarra
         return np.take(ids[:, step % ids.shape[1]], np.arange(step * want, (step + 1) * want), axis=0, mode="wrap")
     rng = np.random.default_rng([opts.seed, step])
     trace_args = argparse.Namespace(micro_batches=opts.micro_batches, tokens=opts.tokens, layers=1,
-                                    experts=EXPERTS, zipf=opts.zipf if skewed else 0.0)
+                                    experts=EXPERTS, zipf=opts.zipf if skewed else 0.0, scenario="shifting")
     return synthetic_trace(rng, trace_args, TOP_K)[0][:, 0]
 
 
