@@ -252,8 +252,12 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
     if not added:
         return p2l, share
     p2l[added[best_count:]] = -1
-    start = np.divide(slot_load, load[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
-                      where=load[:, np.maximum(p2l, 0)] > 0) if best_count == len(added) else None
+    # Warm start from the greedy's split, the dropped replicas' tokens handed back pro rata.
+    slot_load[:, p2l < 0] = 0.0
+    per_expert = np.zeros_like(load)
+    np.add.at(per_expert.T, np.maximum(p2l, 0), slot_load.T)
+    start = np.divide(slot_load, per_expert[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
+                      where=per_expert[:, np.maximum(p2l, 0)] > 0)
     return p2l, split_shares(load, p2l, slots, start=start)[0]
 
 
@@ -379,12 +383,19 @@ def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarr
             continue
         homes = home_layout(home, topology)[0]
         moving = move_s(current, home, topology, cost)
-        layouts = [(homes, None)]
+        layouts = []
         if step_replicas:
             pinned = pinned_eplb(step_load, home, topology)
             layouts += [grow_replicas(step_load, homes, home, topology, cost, in_node=False),
                         (pinned, split_shares(step_load, pinned, slots)[0])]
+        layouts.append((homes, None))
         for layout, share in layouts:
+            # Micro-batch replicas stay in their node: with none kept for the step, no micro-batch
+            # beats its busiest node spread evenly. Skip the layout when even that is too slow.
+            if (plans and layout is homes and moving + step_max_sum(step_load, home // topology.ranks_per_node,
+                                                                    topology.nodes)
+                    / topology.ranks_per_node * cost.token_s >= min(p.time_s for p in plans)):
+                continue
             placed = [plan_replication(step_load[m], layout, topology, cost, target,
                                        None if share is None else share[m : m + 1]) for m in range(len(step_load))]
             p2l = np.stack([p for p, _ in placed])
