@@ -246,7 +246,7 @@ def test_threaded_producers_with_a_crash_deliver_every_sample_once() -> None:
     """Real threads: four producers (one crashes mid-group and is replaced), one trainer."""
     groups, group_size = 40, 4
     s = SampleStream(group_size, max_groups=5)
-    crashed = threading.Event()
+    crashed, first_claim = threading.Event(), threading.Event()
 
     def produce(name: str, crash_after: int | None) -> None:
         done = 0
@@ -255,6 +255,7 @@ def test_threaded_producers_with_a_crash_deliver_every_sample_once() -> None:
                 ticket = s.claim(name, timeout=10)
             except StreamClosed:
                 return
+            first_claim.set()
             for sid in ticket.sample_ids:
                 if crash_after is not None and done == crash_after:
                     crashed.set()
@@ -262,9 +263,10 @@ def test_threaded_producers_with_a_crash_deliver_every_sample_once() -> None:
                 s.put(name, record(sid, ticket.weight_version))
                 done += 1
 
-    threads = [threading.Thread(target=produce, args=(f"p{i}", 6 if i == 0 else None)) for i in range(4)]
-    for t in threads:
-        t.start()
+    # The crashing producer claims first, so that it crashes mid-group however threads are
+    # scheduled on a busy machine; the others start once it holds work.
+    threads = [threading.Thread(target=produce, args=("p0", 2))]
+    threads[0].start()
     received: list[str] = []
 
     def train() -> None:
@@ -274,6 +276,10 @@ def test_threaded_producers_with_a_crash_deliver_every_sample_once() -> None:
     workers = [threading.Thread(target=train),
                threading.Thread(target=lambda: [s.submit(f"g{g}", timeout=10) for g in range(groups)])]
     for t in workers:
+        t.start()
+    assert first_claim.wait(10)
+    threads += [threading.Thread(target=produce, args=(f"p{i}", None)) for i in range(1, 4)]
+    for t in threads[1:]:
         t.start()
     assert crashed.wait(10)
     s.producer_lost("p0")  # what the adapter does when Ray reports the actor dead
