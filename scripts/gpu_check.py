@@ -103,6 +103,10 @@ def main() -> None:
     results["routing_hook_calls"] = plugin.calls - calls_before
     results["rlweave_vs_megatron_time"] = results["rlweave_fwd_bwd_ms_with_routing_listener"] / results["megatron_fwd_bwd_ms"]
     results["shape"] = {"tokens": TOKENS, "hidden": HIDDEN, "ffn": FFN, "experts": EXPERTS, "top_k": TOP_K, "dtype": "bf16"}
+    from rlweave.benchmarks.moe_gpu_calibration import calibrate_token_s
+
+    # The replay_balance cost model's per-token expert time (CostModel.token_s), measured.
+    results["replay_balance_token_calibration"] = calibrate_token_s()
     print(json.dumps(results, indent=2))
     with open(os.path.join(os.environ.get("OUT", "."), "gpu_check.json"), "w") as f:
         json.dump(results, f, indent=2)
