@@ -104,9 +104,9 @@ class Harness:
         for e in self.engines:
             await e.reset_prefix_cache()
         if policy == "verl":
-            return await run_rollout(policy, batch, GlobalRequestLoadBalancer(self.servers), None, tag)
+            return await run_rollout(batch, GlobalRequestLoadBalancer(self.servers), None, tag)
         heddle.orchestrator = _orchestrator(self.cost, self.history)
-        result = await run_rollout(policy, batch, RlweaveLoadBalancer(self.servers),
+        result = await run_rollout(batch, RlweaveLoadBalancer(self.servers),
                                    RlweaveAgentLoop(self.host), tag)
         result.migrations = heddle.orchestrator.migrations
         return result

@@ -42,7 +42,6 @@ def tool_tokens(t: Trajectory, turn: int) -> list[int]:
 
 @dataclass
 class TrajectoryRun:
-    start_s: float
     finish_s: float = 0.0
     queued_s: float = 0.0
     tokens: list[list[int]] = field(default_factory=list)  # generated tokens per turn
@@ -52,7 +51,6 @@ class TrajectoryRun:
 
 @dataclass
 class RolloutRun:
-    policy: str
     makespan_s: float
     trajectories: dict[str, TrajectoryRun]
     migrations: int = 0
@@ -110,12 +108,12 @@ class AgentLoopHooks(Protocol):
     def finished(self, t: Trajectory, run: TrajectoryRun) -> None: ...
 
 
-async def run_rollout(policy: str, trajectories: list[Trajectory], balancer: Any,
+async def run_rollout(trajectories: list[Trajectory], balancer: Any,
                       hooks: AgentLoopHooks | None, tag: str) -> RolloutRun:
     """All trajectories start together; returns when the last one ends (the rollout's makespan).
     Without ``hooks`` every turn has priority 0, as verl's ToolAgentLoop sends."""
     t0 = time.monotonic()
-    runs = {t.id: TrajectoryRun(0.0) for t in trajectories}
+    runs = {t.id: TrajectoryRun() for t in trajectories}
     # As verl's LLMServerClient: a balancer is sent only the fields it declares.
     acquire_fields = set(balancer.require_acquire_fields())
     release_fields = set(balancer.require_release_fields())
@@ -149,7 +147,7 @@ async def run_rollout(policy: str, trajectories: list[Trajectory], balancer: Any
             hooks.finished(t, run)
 
     await asyncio.gather(*(one(t) for t in trajectories))
-    return RolloutRun(policy, max(r.finish_s for r in runs.values()), runs)
+    return RolloutRun(max(r.finish_s for r in runs.values()), runs)
 
 
 async def measure_iteration_s(engines: list[Any], batch: int, tokens: int = 192) -> float:

@@ -18,7 +18,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-from rlweave.benchmarks.agentic_workload import TOOL_OUTPUT_TOKENS, Trajectory
+from rlweave.benchmarks.agentic_workload import Trajectory
 from rlweave.plugins.agentic_rollout.orchestrator import TrajectoryOrchestrator
 from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
@@ -102,8 +102,7 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
             state[turn.traj.id]["queued"] += waited
             left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
             inst.running[rid] = (turn, float(left))
-            prefill += turn.traj.prompt_len + sum(turn.traj.turn_tokens[:turn.index]) \
-                + TOOL_OUTPUT_TOKENS * turn.index
+            prefill += turn.traj.context_before(turn.index)
         inst.progress_from += prefill * inst.cost.prefill_s_per_token
         inst.version += 1
         if inst.running:
@@ -210,6 +209,5 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
 
 def serial_time(t: Trajectory, cost: EngineCostModel) -> float:
     """A trajectory alone on an idle engine: the makespan can never beat the longest of these."""
-    prefill = sum(t.prompt_len + sum(t.turn_tokens[:i]) + TOOL_OUTPUT_TOKENS * i
-                  for i in range(len(t.turn_tokens)))
+    prefill = sum(t.context_before(i) for i in range(len(t.turn_tokens)))
     return t.tokens * cost.iteration_s(1) + sum(t.tool_s) + prefill * cost.prefill_s_per_token

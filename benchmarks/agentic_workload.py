@@ -39,8 +39,9 @@ class Trajectory:
     def tokens(self) -> int:
         return sum(self.turn_tokens)
 
-    def context_len(self) -> int:
-        return self.prompt_len + self.tokens + TOOL_OUTPUT_TOKENS * len(self.tool_s)
+    def context_before(self, turn: int) -> int:
+        """Tokens the engine must have seen before generating turn ``turn``."""
+        return self.prompt_len + sum(self.turn_tokens[:turn]) + TOOL_OUTPUT_TOKENS * turn
 
 
 def synthetic(seed: int, prompts: int = 16, group: int = 4, max_context: int = 3000,

@@ -101,10 +101,10 @@ def test_migrating_trajectories_keep_their_tokens(monkeypatch):
     servers = {f"engine-{k}": e for k, e in enumerate(engines)}
 
     async def both() -> tuple[Any, Any]:
-        pinned = await run_rollout("pinned", workload, PinnedBalancer(servers), None, "pinned")
+        pinned = await run_rollout(workload, PinnedBalancer(servers), None, "pinned")
         for e in engines:
             await e.reset_prefix_cache()
-        moved = await run_rollout("rlweave", workload, HookBalancer(servers, host),
+        moved = await run_rollout(workload, HookBalancer(servers, host),
                                   RlweaveAgentLoop(host), "rlweave")
         return pinned, moved
 
