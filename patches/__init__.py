@@ -22,6 +22,7 @@ Revert = Callable[[], None]
 # When a patch group is applied:
 PLUGINS = "plugins"  # some rlweave plugin is enabled in this process
 VERL_CPU = "verl-cpu"  # verl's CPU platform is selected (VERL_PLATFORM=cpu)
+REQUEST_PRIORITY = "request-priority"  # a plugin decides engine request priorities (agentic_rollout)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,14 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.9.0,<0.10"),
         target="verl.workers.rollout.router.get_router_handle",
         why="verl has no flag-free way for a plugin to supply the request load balancer (Heddle placement)",
+    ),
+    Patch(
+        name="verl_sglang_priority",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.workers.rollout.sglang_rollout.async_sglang_server.SGLangHttpServer.generate",
+        why="verl forwards request priority to vLLM only, and never turns on SGLang's priority scheduling",
+        groups=(REQUEST_PRIORITY,),
     ),
     Patch(
         name="vllm_cpu_keep_weights",

@@ -10,7 +10,7 @@ from pathlib import Path
 from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
 from rlweave.environments import ENVIRONMENTS, site_packages
 from rlweave.frameworks import FRAMEWORKS
-from rlweave.patches import PATCHES, PLUGINS, VERL_CPU
+from rlweave.patches import PATCHES, PLUGINS, REQUEST_PRIORITY, VERL_CPU
 
 
 def _found_versions() -> dict[str, list[tuple[str, str]]]:
@@ -50,7 +50,8 @@ def report() -> list[tuple[str, list[list[str]]]]:
     if problem:
         plugins.append(["CONFIG ERROR", problem, "", ""])
 
-    when = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu"}
+    when = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu",
+            REQUEST_PRIORITY: "a plugin sets request priorities"}
     patches = [["patch", "replaces", "would apply to", "applied when", "why"]]
     for patch in PATCHES:
         versions = sorted({v for _, v in found[patch.framework]})

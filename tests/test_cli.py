@@ -8,7 +8,7 @@ from rlweave.cli import build_parser, main
 def test_doctor_lists_every_framework(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for name in ("verl", "vllm", "megatron-core", "sglang", "vllm_scheduler_cls", "tracing"):
+    for name in ("verl", "vllm", "megatron-core", "sglang", "vllm_scheduler_cls", "verl_sglang_priority", "tracing"):
         assert name in out
 
 

@@ -25,7 +25,7 @@ from rlweave.frameworks import (
     verl_cpu_platform_selected,
 )
 from rlweave.host import activate
-from rlweave.patches import PLUGINS, PatchVersionError, apply_patches
+from rlweave.patches import PLUGINS, REQUEST_PRIORITY, PatchVersionError, apply_patches
 from rlweave.types import FrameworkInfo
 
 
@@ -45,6 +45,8 @@ def _load() -> None:
     _check_command_line(host.config, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
+    if host.implements("rlweave_request_priority"):  # Heddle: SGLang gets the turn's priority too
+        apply_patches("verl", version, REQUEST_PRIORITY)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
     if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
@@ -56,6 +58,9 @@ def _load() -> None:
 
 
 PRIORITY_POLICY = "actor_rollout_ref.rollout.scheduling_policy=priority"
+# Rollout engines that schedule by request priority once verl passes it on (vLLM natively,
+# SGLang through the verl_sglang_priority patch).
+PRIORITY_ENGINES = ("vllm", "sglang")
 
 
 def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
@@ -63,10 +68,19 @@ def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
     overrides = [a.lstrip("+") for a in argv]
     if not any(a.startswith("rlweave.") for a in overrides):
         return  # not the command line that configured rlweave (a Ray worker, a child process)
-    if config.agentic_rollout.enable and PRIORITY_POLICY not in overrides:
-        raise ConfigError(
-            "rlweave.agentic_rollout gives each turn an engine priority, which vLLM ignores under "
-            f"verl's default FCFS scheduling policy; add {PRIORITY_POLICY}")
+    if config.agentic_rollout.enable:
+        engine = next((a.split("=", 1)[1] for a in overrides if a.startswith("actor_rollout_ref.rollout.name=")),
+                      None)
+        if engine is not None and engine not in PRIORITY_ENGINES:
+            raise ConfigError(
+                f"rlweave.agentic_rollout gives each turn an engine priority, which verl passes only to "
+                f"vLLM and (with rlweave's patch) SGLang, not to rollout.name={engine}; use "
+                f"actor_rollout_ref.rollout.name=vllm or sglang")
+        if PRIORITY_POLICY not in overrides:
+            raise ConfigError(
+                "rlweave.agentic_rollout gives each turn an engine priority, which vLLM and SGLang ignore "
+                f"under verl's default FCFS scheduling policy; add {PRIORITY_POLICY} (for SGLang rlweave "
+                "then turns on SGLang's priority scheduling, lower values first)")
 
 
 def _process_role() -> str:

@@ -6,7 +6,8 @@
 Select one with ``actor_rollout_ref.rollout.agent.default_agent_loop=<name>``. A trajectory's
 start, tool calls and finish become ``rlweave_trajectory_event`` calls in the agent-loop worker,
 and before every turn a plugin's ``rlweave_request_priority`` becomes the engine priority, which
-verl forwards to vLLM (``rollout.scheduling_policy=priority``). The agent loop knows what verl's
+verl forwards to vLLM, and to SGLang with rlweave's ``verl_sglang_priority`` patch
+(``rollout.scheduling_policy=priority``). The agent loop knows what verl's
 request balancer cannot: the GRPO group (``uid``), the task (``data_source``) and the tokens
 generated so far.
 """

@@ -56,6 +56,24 @@ def test_agentic_rollout_without_priority_scheduling_is_refused():
     assert "add actor_rollout_ref.rollout.scheduling_policy=priority" in proc.stderr
 
 
+@pytest.mark.timeout(200)
+def test_agentic_rollout_on_an_engine_without_request_priorities_is_refused():
+    proc = python("-m", "verl.trainer.main_ppo", "+rlweave.agentic_rollout.enable=true",
+                  "actor_rollout_ref.rollout.name=trtllm", "actor_rollout_ref.rollout.scheduling_policy=priority")
+    assert proc.returncode != 0
+    assert "not to rollout.name=trtllm; use actor_rollout_ref.rollout.name=vllm or sglang" in proc.stderr
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_agentic_rollout_accepts_vllm_and_sglang_with_priority_scheduling(engine):
+    from rlweave.adapters.verl import _check_command_line
+    from rlweave.config import build_config, settings_from_overrides
+
+    argv = ["+rlweave.agentic_rollout.enable=true", f"actor_rollout_ref.rollout.name={engine}",
+            "actor_rollout_ref.rollout.scheduling_policy=priority"]
+    _check_command_line(build_config(settings_from_overrides(argv)), argv)  # does not raise
+
+
 @pytest.mark.timeout(300)
 def test_ray_worker_group_on_cpu_calls_the_stage_hook(tmp_path):
     proc = python(str(HERE / "ray_worker_group.py"), timeout=280,
