@@ -22,6 +22,7 @@ Revert = Callable[[], None]
 # When a patch group is applied:
 PLUGINS = "plugins"  # some rlweave plugin is enabled in this process
 VERL_CPU = "verl-cpu"  # verl's CPU platform is selected (VERL_PLATFORM=cpu)
+EXPERT_PLACEMENT = "expert-placement"  # a plugin decides MoE expert placement (replay_balance)
 REQUEST_PRIORITY = "request-priority"  # a plugin decides engine request priorities (agentic_rollout)
 
 
@@ -99,6 +100,15 @@ PATCHES: tuple[Patch, ...] = (
         target="verl.workers.rollout.sglang_rollout.async_sglang_server.SGLangHttpServer.generate",
         why="verl forwards request priority to vLLM only, and never turns on SGLang's priority scheduling",
         groups=(REQUEST_PRIORITY,),
+    ),
+    Patch(
+        name="verl_router_replay_hooks",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.workers.engine.megatron.transformer_impl.set_router_replay_data",
+        why="verl has no callback where it hands a step's and a micro-batch's replayed routing to Megatron "
+            "(ReLibra plans there)",
+        groups=(EXPERT_PLACEMENT,),
     ),
     Patch(
         name="vllm_cpu_keep_weights",

@@ -10,7 +10,7 @@ from pathlib import Path
 from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
 from rlweave.environments import ENVIRONMENTS, site_packages
 from rlweave.frameworks import FRAMEWORKS
-from rlweave.patches import PATCHES, PLUGINS, REQUEST_PRIORITY, VERL_CPU
+from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, VERL_CPU
 
 
 def _found_versions() -> dict[str, list[tuple[str, str]]]:
@@ -51,6 +51,7 @@ def report() -> list[tuple[str, list[list[str]]]]:
         plugins.append(["CONFIG ERROR", problem, "", ""])
 
     when = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu",
+            EXPERT_PLACEMENT: "a plugin places MoE experts",
             REQUEST_PRIORITY: "a plugin sets request priorities"}
     patches = [["patch", "replaces", "would apply to", "applied when", "why"]]
     for patch in PATCHES:

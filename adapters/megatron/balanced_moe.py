@@ -27,6 +27,10 @@ Per step (:func:`rebalance_step`, where the trainer knows the step's replayed ro
 ``rlweave_expert_placement`` (``timescale="step"``) may move experts between home slots; the
 weights, their ``.grad`` and the optimizer state of every moved expert travel with it.
 
+Under verl, :mod:`rlweave.adapters.verl.router_replay` calls :func:`rebalance_step` and
+:func:`prepare_microbatch` where verl's Megatron engine hands the step's and each
+micro-batch's replayed routing to Megatron.
+
 Limits (each fails loudly, none silently): ``SequentialMLP`` experts (``moe_grouped_gemm=False``),
 expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no capacity
 dropping), one micro-batch's forward and backward before the next forward of the layer

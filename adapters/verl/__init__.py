@@ -25,7 +25,7 @@ from rlweave.frameworks import (
     verl_cpu_platform_selected,
 )
 from rlweave.host import activate
-from rlweave.patches import PLUGINS, REQUEST_PRIORITY, PatchVersionError, apply_patches
+from rlweave.patches import EXPERT_PLACEMENT, PLUGINS, REQUEST_PRIORITY, PatchVersionError, apply_patches
 from rlweave.types import FrameworkInfo
 
 
@@ -45,6 +45,8 @@ def _load() -> None:
     _check_command_line(host.config, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
+    if host.implements("rlweave_expert_placement"):  # ReLibra: plan where verl replays routing
+        apply_patches("verl", version, EXPERT_PLACEMENT)
     if host.implements("rlweave_request_priority"):  # Heddle: SGLang gets the turn's priority too
         apply_patches("verl", version, REQUEST_PRIORITY)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)

@@ -50,6 +50,20 @@ def local_slice(rows: np.ndarray, rank: int, ws: int) -> np.ndarray:
                            for m in range(MICRO_BATCHES)])
 
 
+def load_same_weights(reference: torch.nn.Module, ours: torch.nn.Module, gen: torch.Generator) -> None:
+    """Give Megatron's MoE layer and ReLibra's the same random router and logical expert weights."""
+    router_w = torch.randn(EXPERTS, HIDDEN, generator=gen)
+    logical = {e: [torch.randn(FFN, HIDDEN, generator=gen) * 0.1, torch.randn(HIDDEN, FFN, generator=gen) * 0.1]
+               for e in range(EXPERTS)}
+    with torch.no_grad():
+        for layer in (reference, ours):
+            layer.router.weight.copy_(router_w)
+        for i, e in enumerate(reference.local_expert_indices):
+            for p, value in zip(reference.experts.local_experts[i].parameters(), logical[e], strict=True):
+                p.copy_(value)
+    ours.load_logical_expert_state(logical)
+
+
 def run(rank: int, world_size: int, out: str, port: int) -> None:
     from rlweave.adapters.megatron.cpu import alltoall_without_cuda_streams, init_expert_parallel, moe_config
 
@@ -66,17 +80,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, world_size, moe_token_dispatcher_type=dispatcher)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
-    gen = torch.Generator().manual_seed(1234)
-    router_w = torch.randn(EXPERTS, HIDDEN, generator=gen)
-    logical = {e: [torch.randn(FFN, HIDDEN, generator=gen) * 0.1, torch.randn(HIDDEN, FFN, generator=gen) * 0.1]
-               for e in range(EXPERTS)}
-    with torch.no_grad():
-        for layer in (reference, ours):
-            layer.router.weight.copy_(router_w)
-        for i, e in enumerate(reference.local_expert_indices):
-            for p, value in zip(reference.experts.local_experts[i].parameters(), logical[e], strict=True):
-                p.copy_(value)
-    ours.load_logical_expert_state(logical)
+    load_same_weights(reference, ours, torch.Generator().manual_seed(1234))
     optimizers = {"reference": torch.optim.Adam(reference.parameters(), lr=1e-2),
                   "rlweave": torch.optim.Adam(ours.parameters(), lr=1e-2)}
     tokens_seen: list[dict] = []

@@ -1,6 +1,7 @@
 """Hook implementations of ReLibra: where each expert lives, from the replayed routing.
 
-The Megatron adapter asks twice, at ReLibra's two timescales (``timescale``):
+The Megatron adapter asks twice, at ReLibra's two timescales (``timescale``); under verl,
+where verl's router replay hands the routing to Megatron (``rlweave.adapters.verl.router_replay``):
 
 - ``"step"``, once per training step with the routing of all its micro-batches: new home ranks
   per layer (:func:`.planner.plan_step`), no replicas. The adapter moves weights and optimizer
