@@ -13,12 +13,11 @@ unchanged and then :mod:`rlweave.adapters.verl.router_replay`:
   routers, ``plan_microbatch`` plans every ReLibra layer for them.
 
 Applied only when a plugin decides expert placement (``rlweave.replay_balance``), and only in
-processes that have megatron-core: verl's Megatron engine cannot run elsewhere.
+processes where verl's Megatron engine imports (megatron-core installed): it runs nowhere else.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,9 +40,10 @@ def training_call(engine: Any) -> Iterator[None]:
 
 
 def apply() -> Revert:
-    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
-        return lambda: None  # no Megatron engine can run in this process
-    import verl.workers.engine.megatron.transformer_impl as impl
+    try:
+        import verl.workers.engine.megatron.transformer_impl as impl
+    except ImportError:  # no megatron-core here, so verl cannot run its Megatron engine in this process
+        return lambda: None
 
     engine_cls = impl.MegatronEngine
     originals = {"set_router_replay_data": impl.set_router_replay_data,
