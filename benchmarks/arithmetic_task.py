@@ -25,14 +25,23 @@ def rows(n: int, split: str, seed: int) -> list[dict]:
     return out
 
 
-def write_dataset(directory: str | Path, n_train: int = 64, n_val: int = 8, seed: int = 0) -> tuple[Path, Path]:
-    """Write ``train.parquet`` and ``val.parquet``; returns their paths."""
+def write_dataset(directory: str | Path, n_train: int = 64, n_val: int = 8, seed: int = 0,
+                  output_lens: list[int] | None = None, prompts: list[str] | None = None) -> tuple[Path, Path]:
+    """Write ``train.parquet`` and ``val.parquet``; returns their paths. ``output_lens``: one
+    forced response length per training prompt (``extra_info.rlweave_output_len``, honoured by
+    rlweave's ``rlweave_single_turn`` agent loop); its length sets the number of prompts.
+    ``prompts``: their texts, in place of the arithmetic questions."""
     import pandas as pd
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = directory / "train.parquet", directory / "val.parquet"
-    pd.DataFrame(rows(n_train, "train", seed)).to_parquet(paths[0])
+    train = rows(len(output_lens) if output_lens else n_train, "train", seed)
+    for row, length in zip(train, output_lens or (), strict=False):
+        row["extra_info"]["rlweave_output_len"] = int(length)
+    for row, text in zip(train, prompts or (), strict=False):
+        row["prompt"] = [{"role": "user", "content": text}]
+    pd.DataFrame(train).to_parquet(paths[0])
     pd.DataFrame(rows(n_val, "test", seed)).to_parquet(paths[1])
     return paths
 

@@ -38,6 +38,10 @@ MODES: dict[str, tuple[str, ...]] = {
                        "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
                        "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module="
                        "rlweave.adapters.verl.gloo_checkpoint_engine"),
+    # rlweave's stream generation (StreamRL) as verl's trainer mode.
+    "rlweave_stream": ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true"),
+    "rlweave_stream_async": ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true",
+                             "+rlweave.stream_generation.mode=async"),
 }
 # Ray's logical GPUs per mode (default 1): trainer ranks plus standalone rollout slots.
 RAY_GPUS: dict[str, int] = {"two_ranks": 2, "separate_async": 2}
@@ -58,11 +62,12 @@ class VerlRun:
 
 
 def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
-                 model_name: str = "tiny-llama", extra: tuple[str, ...] = ()) -> list[str]:
+                 model_name: str = "tiny-llama", extra: tuple[str, ...] = (),
+                 output_lens: list[int] | None = None, prompts: list[str] | None = None) -> list[str]:
     from rlweave.adapters.verl.cpu import CPU_OVERRIDES
     from rlweave.benchmarks.arithmetic_task import write_dataset
 
-    train, val = write_dataset(workdir / "data", seed=seed)
+    train, val = write_dataset(workdir / "data", seed=seed, output_lens=output_lens, prompts=prompts)
     model = ensure_tiny_model(model_name)
     gpus, ray_gpus = TRAINER_GPUS.get(mode, 1), RAY_GPUS.get(mode, 1)
     base = (
@@ -126,13 +131,14 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
-             extra: tuple[str, ...] = ()) -> VerlRun:
+             extra: tuple[str, ...] = (), output_lens: list[int] | None = None,
+             prompts: list[str] | None = None) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
     cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
-                       extra=extra)
+                       extra=extra, output_lens=output_lens, prompts=prompts)
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:

@@ -60,16 +60,18 @@ class StageFusionConfig(PluginSection):
 
 @dataclass
 class StreamGenerationConfig(PluginSection):
-    """StreamRL's streamed rollout (rlweave.plugins.stream_generation); not available until the
-    verl adapter lands.
+    """StreamRL's streamed rollout (rlweave.plugins.stream_generation), verl trainer mode
+    ``rlweave_stream``.
 
-    ``mode``: ``on_policy`` (every trained sample was generated with the current weights) or
-    ``async`` (at most ``max_staleness`` weight versions old; weight transfer overlaps the next
-    training step). ``skewness_dispatch``: start the prompts the length ranker predicts longest
-    first, once it has learned from ``ranker_min_samples`` finished samples; ``ranker_decay``
-    discounts older samples per new one (1 = keep all equally).
+    ``mode``: ``on_policy`` (every trained sample was generated with the weights the step
+    started from) or ``async`` (at most ``max_staleness`` weight versions old; generation goes
+    on while the trainer trains). ``skewness_dispatch``: start the prompts the length ranker
+    predicts longest first, once it has learned from ``ranker_min_samples`` finished samples;
+    ``ranker_decay`` discounts older samples per new one (1 = keep all equally). ``poll_s``:
+    how often finished groups are looked for (verl's own replay buffer polls every 2 s).
     """
 
+    available: ClassVar[bool] = True
     paper: ClassVar[str] = "StreamRL (arXiv 2504.15930)"
     MODES: ClassVar[tuple[str, ...]] = ("on_policy", "async")
     mode: str = "on_policy"
@@ -77,6 +79,7 @@ class StreamGenerationConfig(PluginSection):
     skewness_dispatch: bool = True
     ranker_min_samples: int = 32
     ranker_decay: float = 1.0
+    poll_s: float = 0.05
 
     def finalize(self) -> None:
         key = "rlweave.stream_generation"
@@ -87,6 +90,7 @@ class StreamGenerationConfig(PluginSection):
              ">= 1 (staleness 0 is mode=on_policy)"),
             ("ranker_min_samples", self.ranker_min_samples, self.ranker_min_samples >= 1, ">= 1"),
             ("ranker_decay", self.ranker_decay, 0 < self.ranker_decay <= 1, "in (0, 1]"),
+            ("poll_s", self.poll_s, 0 < self.poll_s <= 10, "in (0, 10] seconds"),
         ):
             if not ok:
                 raise ConfigError(f"bad value {value!r} for '{key}.{option}'; allowed: {allowed}.")

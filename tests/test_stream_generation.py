@@ -298,7 +298,7 @@ def test_threaded_producers_with_a_crash_deliver_every_sample_once() -> None:
 # -- config -------------------------------------------------------------------------------------
 
 
-def test_config_validates_options_and_stays_unavailable() -> None:
+def test_config_validates_options() -> None:
     c = build_config([Setting("stream_generation.mode", "async", "test"),
                       Setting("stream_generation.max_staleness", 2, "test")]).stream_generation
     assert (c.mode, c.max_staleness, c.skewness_dispatch) == ("async", 2, True)
@@ -308,5 +308,6 @@ def test_config_validates_options_and_stays_unavailable() -> None:
         build_config([Setting("stream_generation.max_staleness", 0, "test")])
     with pytest.raises(ConfigError, match="ranker_decay'; allowed: in \\(0, 1\\]"):
         build_config([Setting("stream_generation.ranker_decay", 1.5, "test")])
-    with pytest.raises(ConfigError, match="stream_generation .*not available"):
-        build_config([Setting("stream_generation.enable", True, "test")])
+    with pytest.raises(ConfigError, match="poll_s'; allowed: in \\(0, 10\\] seconds"):
+        build_config([Setting("stream_generation.poll_s", 0, "test")])
+    assert build_config([Setting("stream_generation.enable", True, "test")]).stream_generation.enable

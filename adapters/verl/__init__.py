@@ -51,6 +51,9 @@ def _load() -> None:
         apply_patches("verl", version, REQUEST_PRIORITY)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
+    if host.config.stream_generation.enable:  # before install(), so that the mode is traced too
+        from rlweave.adapters.verl import stream_trainer  # noqa: F401  (registers the trainer mode)
+
     if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
         from rlweave.adapters.verl.trainer import install
 
@@ -63,6 +66,11 @@ PRIORITY_POLICY = "actor_rollout_ref.rollout.scheduling_policy=priority"
 # Rollout engines that schedule by request priority once verl passes it on (vLLM natively,
 # SGLang through the verl_sglang_priority patch).
 PRIORITY_ENGINES = ("vllm", "sglang")
+STREAM_MODE = "trainer.v1.trainer_mode=rlweave_stream"
+# Advantage estimators whose statistics stay within a GRPO group, so a streamed mini-batch of
+# complete groups gets the advantages the whole batch would give it. GAE, REINFORCE++ and ReMax
+# whiten over the whole batch.
+STREAMABLE_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg")
 
 
 def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
@@ -83,6 +91,15 @@ def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
                 "rlweave.agentic_rollout gives each turn an engine priority, which vLLM and SGLang ignore "
                 f"under verl's default FCFS scheduling policy; add {PRIORITY_POLICY} (for SGLang rlweave "
                 "then turns on SGLang's priority scheduling, lower values first)")
+    if config.stream_generation.enable:
+        if STREAM_MODE not in overrides:
+            raise ConfigError(f"rlweave.stream_generation runs as verl's trainer mode 'rlweave_stream'; add {STREAM_MODE}")
+        estimator = next((a.split("=", 1)[1] for a in overrides if a.startswith("algorithm.adv_estimator=")), "gae")
+        if estimator not in STREAMABLE_ESTIMATORS:
+            raise ConfigError(
+                f"rlweave.stream_generation trains on mini-batches of complete GRPO groups as they finish, "
+                f"but algorithm.adv_estimator={estimator} normalises over the whole batch; use one of "
+                f"{', '.join(STREAMABLE_ESTIMATORS)}")
 
 
 def _process_role() -> str:

@@ -3,7 +3,10 @@
 - ``rlweave_single_turn`` (verl's ``SingleTurnAgentLoop``) and
 - ``rlweave_tool_agent`` (verl's multi-turn ``ToolAgentLoop``).
 
-Select one with ``actor_rollout_ref.rollout.agent.default_agent_loop=<name>``. A trajectory's
+Select one with ``actor_rollout_ref.rollout.agent.default_agent_loop=<name>``. A dataset row
+whose ``extra_info`` has ``rlweave_output_len`` gets exactly that many tokens in a single-turn
+response (``max_tokens`` with ``ignore_eos``): benchmarks use it to replay an output-length
+distribution with a random-weight model. A trajectory's
 start, tool calls and finish become ``rlweave_trajectory_event`` calls in the agent-loop worker,
 and before every turn a plugin's ``rlweave_request_priority`` becomes the engine priority, which
 verl forwards to vLLM, and to SGLang with rlweave's ``verl_sglang_priority`` patch
@@ -75,6 +78,9 @@ class RlweaveSingleTurnAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
         trajectory = _Trajectory(kwargs)
         trajectory.event(TrajectoryEventKind.START)
+        forced = (kwargs.get("extra_info") or {}).get("rlweave_output_len")
+        if forced is not None:
+            sampling_params = {**sampling_params, "max_tokens": int(forced), "ignore_eos": True}
         output = await super().run(sampling_params, priority=trajectory.priority(int(priority)),
                                    **kwargs)
         trajectory.turn_done(len(output.response_ids))

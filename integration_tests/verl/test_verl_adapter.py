@@ -74,6 +74,17 @@ def test_agentic_rollout_accepts_vllm_and_sglang_with_priority_scheduling(engine
     _check_command_line(build_config(settings_from_overrides(argv)), argv)  # does not raise
 
 
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "add trainer.v1.trainer_mode=rlweave_stream"),
+    (("trainer.v1.trainer_mode=rlweave_stream",), "algorithm.adv_estimator=gae normalises over the whole batch"),
+])
+def test_stream_generation_refuses_a_command_line_it_cannot_honour(args, message):
+    proc = python("-m", "verl.trainer.main_ppo", "+rlweave.stream_generation.enable=true", *args)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
 @pytest.mark.timeout(300)
 def test_ray_worker_group_on_cpu_calls_the_stage_hook(tmp_path):
     proc = python(str(HERE / "ray_worker_group.py"), timeout=280,

@@ -1,0 +1,243 @@
+"""StreamRL's stream generation as a verl v1 trainer mode: ``trainer.v1.trainer_mode=rlweave_stream``.
+
+verl's ``sync`` mode waits for the whole batch, polling TransferQueue every 2 s, then runs every
+stage on it. Here the trainer takes the step's GRPO groups as they finish, one PPO mini-batch
+at a time, and processes each while the tail is still generating:
+
+- ``on_policy``: reward, old log-probs, reference and advantages run per mini-batch as it
+  arrives; the optimizer steps (one per mini-batch, as verl's ``ppo_mini_batch_size`` split
+  does) wait until the step's last group is in, so every mini-batch's old log-probs are those of
+  the weights that generated it and the rollout weights never change within a step.
+- ``async``: the next ``max_staleness`` batches are in flight while a step trains, so the engine
+  never waits for the trainer. At the step's end requests in flight are paused (verl's partial
+  rollout), weights are pushed, and generation resumes. A group whose generation started more
+  than ``max_staleness`` versions ago is dropped and replaced (verl's off-policy ``drop``).
+
+The data plane is verl's own TransferQueue: the agent-loop workers write each trajectory there
+and tag its group ``finished``; :class:`StreamReplayBuffer` only watches the tags (every
+``poll_s`` instead of verl's fixed 2 s), fires ``rlweave_sample_finished`` for the length
+ranker, hands out complete groups exactly once, and counts staleness. Prompts are submitted in
+the order of ``rlweave_dispatch_order`` (predicted long tail first).
+
+The engines must keep their weights and KV cache while the trainer runs (they are not put to
+sleep): on a machine where training needs the rollout's memory, use separate rollout devices.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
+from verl.trainer.ppo.v1.utils import MetricsAggregator
+from verl.utils.debug import marked_timer
+from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+from rlweave.config import StreamGenerationConfig
+from rlweave.host import get_host
+from rlweave.types import PromptInfo, SampleRecord
+
+TRAINER_MODE = "rlweave_stream"
+METRIC = "rlweave/stream"
+
+
+class StreamReplayBuffer(ReplayBufferAsync):
+    """verl's replay buffer over TransferQueue, watched as a stream.
+
+    It keeps verl's group bookkeeping (a group is sampleable once every session of its prompt
+    has finished) and verl's staleness ``drop``; it adds the hook calls, an exactly-once ledger
+    and the per-step stream statistics.
+    """
+
+    def __init__(self, *args: Any, poll_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.poll_interval = poll_s
+        self._announced: set[str] = set()  # groups whose samples reached rlweave_sample_finished
+        self._delivered: set[str] = set()  # trajectory keys handed to the trainer
+        self.step_stats: Counter[str] = Counter()
+        self.staleness: Counter[int] = Counter()
+
+    def _sync_metadata_from_transfer_queue(self) -> None:
+        super()._sync_metadata_from_transfer_queue()
+        new = self.finished_keys["train"] - self._announced
+        if not new:
+            return
+        self._announced |= new
+        hook = get_host().hook
+        for key, tag in self.partitions["train"].items():
+            uid = key.split("_")[0]
+            if uid in new:
+                hook.rlweave_sample_finished(sample=SampleRecord(
+                    sample_id=key, group_id=uid, prompt_len=int(tag.get("prompt_len", 0)),
+                    response_len=int(tag.get("response_len", 0)),
+                    weight_version=self.prompt_global_steps["train"].get(uid, 0)))
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        if partition_id != "train":
+            return batch, metrics
+        repeated = self._delivered.intersection(batch.keys)
+        if repeated:
+            raise RuntimeError(f"rlweave stream: trajectories handed to the trainer twice: {sorted(repeated)[:4]}")
+        self._delivered.update(batch.keys)
+        for tag in batch.tags:
+            # Weights a sample started generating with; verl tags it under partial rollout, and
+            # otherwise the prompt's submission step is the version it was generated with.
+            started = tag.get("min_global_steps")
+            version = int(started) if started is not None else int(tag.get("global_steps", global_steps))
+            self.staleness[max(0, global_steps - 1 - version)] += 1
+        self.step_stats["samples"] += len(batch.keys)
+        self.step_stats["groups"] += len({k.split("_")[0] for k in batch.keys})
+        self._announced.difference_update(k.split("_")[0] for k in batch.keys)
+        return batch, metrics
+
+    def pop_step_metrics(self) -> dict[str, float]:
+        """This step's stream statistics as verl metrics; resets them."""
+        metrics = {f"{METRIC}/{k}": float(v) for k, v in self.step_stats.items()}
+        for lag, count in self.staleness.items():
+            metrics[f"{METRIC}/staleness_{lag}"] = float(count)
+        metrics[f"{METRIC}/staleness_max"] = float(max(self.staleness, default=0))
+        self.step_stats.clear()
+        self.staleness.clear()
+        return metrics
+
+
+@register_trainer(TRAINER_MODE)
+class RlweaveStreamTrainer(PPOTrainer):
+    """verl's PPO trainer, fed by stream generation (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        self.stream: StreamGenerationConfig = get_host().config.stream_generation
+        super().__init__(config)
+        self._per_step = self.config.data.train_batch_size
+        self._minibatch = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
+        if self._per_step % self._minibatch:
+            raise ValueError(f"rlweave stream: data.train_batch_size={self._per_step} must be a multiple of "
+                             f"actor_rollout_ref.actor.ppo_mini_batch_size={self._minibatch} (groups per "
+                             f"streamed mini-batch)")
+        samples = self._minibatch * self.config.actor_rollout_ref.rollout.n
+        for key in ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"):
+            micro = OmegaConf.select(self.config, key)
+            if micro and samples % micro:
+                raise ValueError(f"rlweave stream: {key}={micro} must divide the {samples} samples of a streamed "
+                                 f"mini-batch (ppo_mini_batch_size x rollout.n)")
+
+    @property
+    def _async(self) -> bool:
+        return self.stream.mode == "async"
+
+    def _build_replay_buffer(self) -> StreamReplayBuffer:
+        sampler = self.config.trainer.v1.sampler
+        return StreamReplayBuffer(
+            trainer_mode=self.trainer_mode, trainer_config={},
+            max_off_policy_threshold=self.stream.max_staleness + 1 if self._async else 1,
+            max_off_policy_strategy="drop", sampler_kwargs=sampler.sampler_kwargs,
+            refill_fn=self._add_prompts_to_generate, poll_s=self.stream.poll_s)
+
+    def get_llm_client(self) -> Any:
+        if self._async:  # requests paused for a weight push resume where they stopped
+            return self.llm_server_manager.get_client(client_cls=FullyAsyncLLMServerClient)
+        return super().get_llm_client()
+
+    def _submit_batch_to_rollout(self, batch: Any) -> int:
+        """Submit in the order of ``rlweave_dispatch_order`` (the predicted long tail first)."""
+        uids = [str(u) for u in batch["uid"]]
+        infos = [PromptInfo(prompt_id=_prompt_identity(batch, i), prompt_len=_prompt_chars(batch, i),
+                            group_id=uids[i]) for i in range(len(uids))]
+        order = get_host().hook.rlweave_dispatch_order(prompts=infos)
+        if order is not None:
+            position = {info.prompt_id: i for i, info in enumerate(infos)}
+            index = [position[p] for p in order]
+            if sorted(index) != list(range(len(uids))):
+                raise RuntimeError("rlweave_dispatch_order must return each prompt id of the batch once")
+            batch = batch[np.array(index)]
+        return super()._submit_batch_to_rollout(batch)
+
+    # -- verl's trainer callbacks -------------------------------------------------------------
+
+    def on_init_end(self) -> None:
+        self.checkpoint_manager.update_weights(self.global_steps)
+
+    def on_train_begin(self) -> None:
+        if self._async:  # steps t+1 .. t+k generate while step t trains
+            self._add_prompts_to_generate(self.stream.max_staleness * self._per_step)
+
+    def on_sample_end(self) -> None:
+        """The engines keep generating (and keep their memory) while the trainer trains."""
+
+    def on_step_end(self) -> None:
+        with marked_timer("update_weights", self.timing_raw, color="red"):
+            if self._async:
+                self.checkpoint_manager.abort_replicas()
+            self.checkpoint_manager.update_weights(self.global_steps)
+            if self._async:
+                self.checkpoint_manager.resume_generation_replicas()
+
+    # -- one step -------------------------------------------------------------------------------
+
+    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        start = time.perf_counter()
+        self._add_batch_to_generate()
+        aggregator = MetricsAggregator()
+        ready: list[KVBatchMeta] = []
+        for _ in range(self._per_step // self._minibatch):
+            part_metrics: dict = {}
+            with marked_timer("gen", timing_raw, color="red"):
+                part, off_policy = self.replay_buffer.sample(self.global_steps, "train", self._minibatch)
+            part_metrics.update(off_policy)
+            part.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            ready.append(self._prepare_minibatch(part, part_metrics, timing_raw))
+            aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
+        generated = time.perf_counter() - start
+        for part in ready:
+            part_metrics = {}
+            if self.use_critic:
+                with marked_timer("update_critic", timing_raw, color="pink"):
+                    part = self._update_critic(part, metrics=part_metrics)
+            if self.config.trainer.critic_warmup <= self.global_steps:
+                with marked_timer("update_actor", timing_raw, color="red"):
+                    self._update_actor(part, metrics=part_metrics)
+            aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
+        metrics.update(aggregator.get_aggregated_metrics())
+        metrics.update(self.replay_buffer.pop_step_metrics())
+        metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - start - generated
+        keys = [k for part in ready for k in part.keys]
+        tags = [t for part in ready for t in part.tags]
+        return KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+
+    def _prepare_minibatch(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """Every stage before the optimizer step, on one streamed mini-batch (verl's methods)."""
+        if self.reward_loop_manager.reward_loop_worker_handles is None:
+            with marked_timer("reward", timing_raw, color="yellow"):
+                batch = self._compute_reward_colocate(batch, metrics=metrics)
+        batch = self._balance_batch(batch, metrics=metrics)
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            batch = self._compute_old_log_prob(batch, metrics=metrics)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                batch = self._compute_ref_log_prob(batch, metrics=metrics)
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = self._compute_values(batch, metrics=metrics)
+        with marked_timer("adv", timing_raw, color="brown"):
+            return self._compute_advantage(batch, metrics=metrics)
+
+
+def _prompt_chars(batch: Any, i: int) -> int:
+    """Prompt length in characters: the trainer submits chat messages, tokenized later by the
+    agent loop, and the ranker only needs a monotone proxy."""
+    return sum(len(str(m.get("content", ""))) for m in batch["raw_prompt"][i])
+
+
+def _prompt_identity(batch: Any, i: int) -> str:
+    """A prompt's identity across epochs (verl's ``uid`` is new at every fetch): the dataset
+    row's index (verl's dataset sets it from ``extra_info.index``), else the prompt's text."""
+    if "index" in batch.keys():
+        return f"index={int(batch['index'][i])}"
+    return "text=" + "\n".join(str(m.get("content", "")) for m in batch["raw_prompt"][i])
