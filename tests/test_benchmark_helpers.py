@@ -53,3 +53,47 @@ def test_moe_bench_on_a_synthetic_and_a_file_trace(tmp_path):
     np.savez(tmp_path / "trace.npz", topk_ids=ids, microbatch_offsets=offsets)
     args.trace = tmp_path / "trace.npz"
     assert moe.run(args).headline["planner_ms_per_layer"] >= 0
+
+
+def span(name, ts, dur, worker, **args):
+    return {"name": name, "ph": "X", "ts": ts * 1e6, "dur": dur * 1e6, "worker": worker, "args": args}
+
+
+def test_stream_bench_idle_is_measured_over_the_steady_steps_only():
+    from rlweave.benchmarks.stream import idle_fractions, steady_spans
+
+    events = [span("iteration", 0, 5, "vllm-engine-abcd", running=4, tokens=4),  # step 1: start-up
+              {"name": "step_end", "ph": "i", "ts": 5e6},
+              span("iteration", 5, 2, "vllm-engine-abcd", running=4, tokens=4),
+              span("update_actor", 8, 1, "actor"), span("old_log_prob", 8.5, 1, "actor"),
+              span("generate", 5, 5, "rollout"),  # the trainer waiting: not busy work
+              {"name": "step_end", "ph": "i", "ts": 10e6}]
+    spans = steady_spans(events)
+    assert {e["worker"] for e in spans} == {"window", "engine abcd", "actor"}
+    assert idle_fractions(spans) == {"engine abcd": 0.6, "actor": 0.7}
+
+
+def test_stream_bench_profiles_the_engine_from_its_decode_iterations():
+    from rlweave.benchmarks.stream import engine_profile
+
+    events = [span("iteration", 0, 0.010, "e", running=2, tokens=2), span("iteration", 1, 0.020, "e", running=4, tokens=4),
+              span("iteration", 2, 0.5, "e", running=4, tokens=300)]  # a prefill: not a decode rate
+    profile = engine_profile(events, slots=5)
+    assert profile.batch_sizes == (1, 2, 3, 4, 5)
+    assert profile.tokens_per_s == (200.0, 200.0, 200.0, 200.0, 200.0)
+
+
+def test_stream_bench_lengths_file_is_checked(tmp_path):
+    import argparse
+
+    import pytest
+
+    from rlweave.benchmarks.stream import lognormal_lengths, workload
+
+    assert lognormal_lengths(0, 8) == lognormal_lengths(0, 8) != lognormal_lengths(1, 8)
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text('{"output_len": 12, "prompt": "a"}\n{"output_len": 3, "prompt": "b"}\n')
+    bad.write_text('{"output_len": 0}\n')
+    assert workload(argparse.Namespace(lengths=str(good), seed=0, prompts=2)) == ([12, 3], ["a", "b"])
+    with pytest.raises(SystemExit, match="positive integer output_len"):
+        workload(argparse.Namespace(lengths=str(bad), seed=0, prompts=2))

