@@ -15,6 +15,7 @@ from rlweave.plugins.stream_generation.planner import (
     Workload,
     plan,
     predict,
+    _stream_preparation,
     simulate_generation,
 )
 
@@ -147,3 +148,15 @@ def test_plans_that_cannot_fit_say_why_and_how_to_fix_it() -> None:
         GenerationProfile((2, 4), (1.0, 2.0))
     with pytest.raises(ValueError, match=r"\[groups, group_size\]"):
         Workload(np.ones(4), minibatch_groups=1)
+
+
+def test_on_policy_defers_the_optimizer_steps_and_prepares_dynamic_batches() -> None:
+    pools = [HardwarePool("p", 2, constant_rate(cap=8), TrainingProfile(0.5, deferred_share=0.5))]
+    work = Workload(np.array([[1.0], [2], [3], [4]]), minibatch_groups=1, weight_sync_s=0.25)
+    # Preparation (0.25 s a group) follows each group; the optimizer steps (1 s) follow the last.
+    assert predict(pools, work, PlanMode.ON_POLICY, {"p": 1}, {"p": 1}).step_s == pytest.approx(4.25 + 1 + 0.25)
+    # Three groups ready at once are prepared as one dynamic batch, the fourth when it is ready.
+    assert _stream_preparation(np.array([0.0, 0, 0, 3]), 1, 1.0) == 4.0
+    assert _stream_preparation(np.array([0.0, 0, 0, 3]), 2, 1.0) == 5.0  # 2 at 0, then 2 at 3
+    with pytest.raises(ValueError, match="deferred_share in \\[0, 1\\]"):
+        TrainingProfile(1.0, deferred_share=1.5)

@@ -1,13 +1,16 @@
 """StreamRL's stream generation as a verl v1 trainer mode: ``trainer.v1.trainer_mode=rlweave_stream``.
 
 verl's ``sync`` mode waits for the whole batch, polling TransferQueue every 2 s, then runs every
-stage on it. Here the trainer takes the step's GRPO groups as they finish, one PPO mini-batch
-at a time, and processes each while the tail is still generating:
+stage on it. Here the trainer takes the step's GRPO groups as they finish, in dynamic batches
+(StreamRL's dynamic-batch pipelining: every group ready when the trainer is free, in whole PPO
+mini-batches), and runs reward, old log-probs, reference, values and advantages on each while
+the rest are still generating. Fewer, larger batches when generation is ahead keep the
+per-call cost of verl's workers down; small ones when it is behind keep the trainer busy.
 
-- ``on_policy``: reward, old log-probs, reference and advantages run per mini-batch as it
-  arrives; the optimizer steps (one per mini-batch, as verl's ``ppo_mini_batch_size`` split
-  does) wait until the step's last group is in, so every mini-batch's old log-probs are those of
-  the weights that generated it and the rollout weights never change within a step.
+- ``on_policy``: the optimizer steps wait until the step's last group is in, then run over the
+  whole batch as verl's sync mode runs them (one per ``ppo_mini_batch_size``). Every old
+  log-prob is therefore the generating weights', and the rollout weights never change within a
+  step.
 - ``async``: the next ``max_staleness`` batches are in flight while a step trains, so the engine
   never waits for the trainer. At the step's end requests in flight are paused (verl's partial
   rollout), weights are pushed, and generation resumes. A group whose generation started more
@@ -26,7 +29,7 @@ sleep): on a machine where training needs the rollout's memory, use separate rol
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from typing import Any
 
 import numpy as np
@@ -77,10 +80,23 @@ class StreamReplayBuffer(ReplayBufferAsync):
                     response_len=int(tag.get("response_len", 0)),
                     weight_version=self.prompt_global_steps["train"].get(uid, 0)))
 
+    def take(self, global_steps: int, multiple: int, most: int) -> tuple[KVBatchMeta, dict]:
+        """StreamRL's dynamic batch: every complete group ready now, oldest first, in a whole
+        multiple of ``multiple`` groups (at least one, waiting for it) and at most ``most``."""
+        ready, metrics = self.wait_for_sampleable(global_steps, "train", multiple)
+        count = min(len(ready) // multiple * multiple, most)
+        uids, snapshot, _ = self._select_prompt_uids("train", ready, count)
+        batch = self._materialize_batch("train", uids, snapshot)
+        self._deliver(batch, global_steps)
+        return batch, metrics
+
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
-        if partition_id != "train":
-            return batch, metrics
+        if partition_id == "train":
+            self._deliver(batch, global_steps)
+        return batch, metrics
+
+    def _deliver(self, batch: KVBatchMeta, global_steps: int) -> None:
         repeated = self._delivered.intersection(batch.keys)
         if repeated:
             raise RuntimeError(f"rlweave stream: trajectories handed to the trainer twice: {sorted(repeated)[:4]}")
@@ -94,7 +110,6 @@ class StreamReplayBuffer(ReplayBufferAsync):
         self.step_stats["samples"] += len(batch.keys)
         self.step_stats["groups"] += len({k.split("_")[0] for k in batch.keys})
         self._announced.difference_update(k.split("_")[0] for k in batch.keys)
-        return batch, metrics
 
     def pop_step_metrics(self) -> dict[str, float]:
         """This step's stream statistics as verl metrics; resets them."""
@@ -116,6 +131,7 @@ class RlweaveStreamTrainer(PPOTrainer):
         super().__init__(config)
         self._per_step = self.config.data.train_batch_size
         self._minibatch = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
+        self._group = self.config.actor_rollout_ref.rollout.n
         if self._per_step % self._minibatch:
             raise ValueError(f"rlweave stream: data.train_batch_size={self._per_step} must be a multiple of "
                              f"actor_rollout_ref.actor.ppo_mini_batch_size={self._minibatch} (groups per "
@@ -152,11 +168,14 @@ class RlweaveStreamTrainer(PPOTrainer):
                             group_id=uids[i]) for i in range(len(uids))]
         order = get_host().hook.rlweave_dispatch_order(prompts=infos)
         if order is not None:
-            position = {info.prompt_id: i for i, info in enumerate(infos)}
-            index = [position[p] for p in order]
-            if sorted(index) != list(range(len(uids))):
-                raise RuntimeError("rlweave_dispatch_order must return each prompt id of the batch once")
-            batch = batch[np.array(index)]
+            # A batch that spans an epoch boundary holds a prompt twice: its id then comes twice.
+            positions: dict[str, deque[int]] = defaultdict(deque)
+            for i, info in enumerate(infos):
+                positions[info.prompt_id].append(i)
+            if Counter(order) != Counter(info.prompt_id for info in infos):
+                raise RuntimeError("rlweave_dispatch_order must return the batch's prompt ids, each as often "
+                                   "as it occurs in the batch")
+            batch = batch[np.array([positions[p].popleft() for p in order])]
         return super()._submit_batch_to_rollout(batch)
 
     # -- verl's trainer callbacks -------------------------------------------------------------
@@ -182,37 +201,44 @@ class RlweaveStreamTrainer(PPOTrainer):
     # -- one step -------------------------------------------------------------------------------
 
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """Take the step's groups as they finish, in dynamic batches (whole PPO mini-batches,
+        as many as are ready), prepare each while the rest generate, then make verl's optimizer
+        steps over the whole batch (one per PPO mini-batch, as in verl's sync mode)."""
         start = time.perf_counter()
         self._add_batch_to_generate()
         aggregator = MetricsAggregator()
-        ready: list[KVBatchMeta] = []
-        for _ in range(self._per_step // self._minibatch):
+        keys: list[str] = []
+        tags: list[dict] = []
+        while len(keys) < self._per_step * self._group:
             part_metrics: dict = {}
             with marked_timer("gen", timing_raw, color="red"):
-                part, off_policy = self.replay_buffer.sample(self.global_steps, "train", self._minibatch)
+                part, off_policy = self.replay_buffer.take(self.global_steps, self._minibatch,
+                                                           self._per_step - len(keys) // self._group)
             part_metrics.update(off_policy)
             part.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-            ready.append(self._prepare_minibatch(part, part_metrics, timing_raw))
+            part = self._prepare(part, part_metrics, timing_raw)
+            keys += part.keys
+            tags += part.tags
             aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
+            self.replay_buffer.step_stats["dynamic_batches"] += 1
         generated = time.perf_counter() - start
-        for part in ready:
-            part_metrics = {}
-            if self.use_critic:
-                with marked_timer("update_critic", timing_raw, color="pink"):
-                    part = self._update_critic(part, metrics=part_metrics)
-            if self.config.trainer.critic_warmup <= self.global_steps:
-                with marked_timer("update_actor", timing_raw, color="red"):
-                    self._update_actor(part, metrics=part_metrics)
-            aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
+        batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags,
+                            extra_info={"temperature": self.config.actor_rollout_ref.rollout.temperature})
+        update_metrics: dict = {}
+        if self.use_critic:
+            with marked_timer("update_critic", timing_raw, color="pink"):
+                batch = self._update_critic(batch, metrics=update_metrics)
+        if self.config.trainer.critic_warmup <= self.global_steps:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                batch = self._update_actor(batch, metrics=update_metrics)
+        aggregator.add_step_metrics(update_metrics, sample_count=len(keys))
         metrics.update(aggregator.get_aggregated_metrics())
         metrics.update(self.replay_buffer.pop_step_metrics())
         metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - start - generated
-        keys = [k for part in ready for k in part.keys]
-        tags = [t for part in ready for t in part.tags]
-        return KVBatchMeta(partition_id="train", keys=keys, tags=tags)
+        return batch
 
-    def _prepare_minibatch(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:
-        """Every stage before the optimizer step, on one streamed mini-batch (verl's methods)."""
+    def _prepare(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """Every stage before the optimizer steps, on one dynamic batch (verl's methods)."""
         if self.reward_loop_manager.reward_loop_worker_handles is None:
             with marked_timer("reward", timing_raw, color="yellow"):
                 batch = self._compute_reward_colocate(batch, metrics=metrics)

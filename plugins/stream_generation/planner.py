@@ -21,9 +21,11 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   samples/s.
 - ``colocated`` (verl's synchronous loop): every device generates, then every device trains:
   ``T_gen + T_train + weight_sync_s``.
-- ``on_policy`` (stream): the trainer takes a mini-batch of ``minibatch_groups`` groups as soon
-  as they are complete, so only training that cannot overlap generation adds to the step:
-  ``finish of the last mini-batch + weight_sync_s``.
+- ``on_policy`` (stream): whenever the trainer is free it takes every complete group, in whole
+  mini-batches of ``minibatch_groups`` (a dynamic batch; at least one mini-batch, waiting for
+  it), and prepares it; the optimizer steps, ``deferred_share`` of the training time, wait for
+  the step's last group (they must not change the weights that generate the rest):
+  ``end of the last preparation + deferred training + weight_sync_s``.
 - ``async`` (staleness 1): generation of the next step overlaps training of this one; engines
   pause only to load weights: ``max(T_gen + weight_sync_s, T_train)``.
 
@@ -78,14 +80,18 @@ class GenerationProfile:
 
 @dataclass(frozen=True)
 class TrainingProfile:
-    """One data-parallel training instance on ``devices`` devices."""
+    """One data-parallel training instance on ``devices`` devices. ``deferred_share``: the part
+    of ``seconds_per_sample`` that on-policy streaming cannot start before the step's last
+    sample (the optimizer steps); the rest (reward, log-probs, advantages) streams."""
 
     seconds_per_sample: float
     devices: int = 1
+    deferred_share: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.seconds_per_sample <= 0 or self.devices < 1:
-            raise ValueError(f"bad TrainingProfile {self}: seconds_per_sample > 0 and devices >= 1")
+        if self.seconds_per_sample <= 0 or self.devices < 1 or not 0 <= self.deferred_share <= 1:
+            raise ValueError(f"bad TrainingProfile {self}: seconds_per_sample > 0, devices >= 1 and "
+                             f"deferred_share in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -223,12 +229,9 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
     if mode is PlanMode.COLOCATED:
         step = t_gen + t_train + workload.weight_sync_s
     elif mode is PlanMode.ON_POLICY:
-        finish = 0.0
-        order = np.argsort(done, kind="stable")
-        for k in range(0, len(order), workload.minibatch_groups):
-            batch = order[k:k + workload.minibatch_groups]
-            finish = max(finish, float(done[batch].max())) + len(batch) * group_size / rate
-        step = finish + workload.weight_sync_s
+        deferred = _deferred_share(by_name, training)
+        step = (_stream_preparation(np.sort(done), workload.minibatch_groups, (1 - deferred) * group_size / rate)
+                + deferred * t_train + workload.weight_sync_s)
     else:
         step = max(t_gen + workload.weight_sync_s, t_train)
     devices = {}
@@ -237,6 +240,26 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
     return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
                 workload.samples / step, 1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step)
+
+
+def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:
+    """The deferred share of the training instances, weighted by their throughput."""
+    rates = {name: n / pools[name].training.seconds_per_sample for name, n in training.items() if n}
+    return sum(r * pools[name].training.deferred_share for name, r in rates.items()) / sum(rates.values())
+
+
+def _stream_preparation(ready: np.ndarray, minibatch: int, seconds_per_group: float) -> float:
+    """When the trainer finishes preparing groups that complete at ``ready`` (sorted), taking
+    every complete group in whole mini-batches whenever it is free (a dynamic batch)."""
+    taken, free = 0, 0.0
+    while taken < len(ready):
+        need = min(taken + minibatch, len(ready))
+        start = max(free, float(ready[need - 1]))
+        available = int(np.searchsorted(ready, start, side="right"))
+        take = max((available - taken) // minibatch * minibatch, need - taken)
+        free = start + take * seconds_per_group
+        taken += take
+    return free
 
 
 def plan(pools: list[HardwarePool], workload: Workload, mode: PlanMode = PlanMode.ON_POLICY,
