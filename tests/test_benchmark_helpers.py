@@ -74,13 +74,18 @@ def test_stream_bench_idle_is_measured_over_the_steady_steps_only():
 
 
 def test_stream_bench_profiles_the_engine_from_its_decode_iterations():
+    import pytest
+
     from rlweave.benchmarks.stream import engine_profile
 
-    events = [span("iteration", 0, 0.010, "e", running=2, tokens=2), span("iteration", 1, 0.020, "e", running=4, tokens=4),
-              span("iteration", 2, 0.5, "e", running=4, tokens=300)]  # a prefill: not a decode rate
+    # start-to-start: 2 running for 10 ms (5 ms of it between iterations), 4 running for 20 ms;
+    # then a prefill (not a decode rate) and a long pause (idle, not decoding).
+    events = [span("iteration", 0, 0.005, "e", running=2, tokens=2), span("iteration", 0.010, 0.020, "e", running=4, tokens=4),
+              span("iteration", 0.030, 0.05, "e", running=4, tokens=300), span("iteration", 0.080, 0.01, "e", running=1, tokens=1),
+              span("iteration", 5.0, 0.01, "e", running=1, tokens=1)]
     profile = engine_profile(events, slots=5)
     assert profile.batch_sizes == (1, 2, 3, 4, 5)
-    assert profile.tokens_per_s == (200.0, 200.0, 200.0, 200.0, 200.0)
+    assert profile.tokens_per_s == pytest.approx((100.0, 200.0, 200.0, 200.0, 250.0))
 
 
 def test_stream_bench_lengths_file_is_checked(tmp_path):
