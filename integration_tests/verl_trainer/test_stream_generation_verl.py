@@ -31,5 +31,5 @@ def test_on_policy_stream_trains_every_sample_once_in_whole_groups(tmp_path):
         assert m["rlweave/stream/groups"] == PROMPTS, step  # 8 samples in 4 groups: none split
         assert m["rlweave/stream/staleness_0"] == PROMPTS * N and m["rlweave/stream/staleness_max"] == 0
         assert math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["actor/grad_norm"])
-        assert (m["response_length/min"], m["response_length/max"]) == (min(LENGTHS), max(LENGTHS))
+        assert {m["response_length/min"], m["response_length/max"]} <= set(LENGTHS)  # forced lengths
         assert abs(m["rollout_corr/kl"]) < 0.01  # old log-probs are those of the generating weights
