@@ -235,13 +235,13 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     deferred = sum(sync["stage_s"][st] for st in DEFERRED_STAGES) / train_s
     training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
     pool = HardwarePool("cpu", devices=2, generation=generation, training=training)
-    sync_s = sync["stage_s"]["update_weights"]
+    weight_sync_s = sync["stage_s"]["update_weights"]
     rng = np.random.default_rng(seed)
     draws = [rng.choice(lengths, setup.prompts, replace=False) for _ in range(32)]
 
     def batch(prompt_lengths: np.ndarray, longest_first: bool) -> Workload:
         order = np.sort(prompt_lengths)[::-1] if longest_first else prompt_lengths
-        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, sync_s)
+        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s)
 
     predicted = {}
     for label, mode, longest_first in (("verl sync, 50 ms poll", PlanMode.COLOCATED, False),

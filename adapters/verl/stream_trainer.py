@@ -88,6 +88,7 @@ class StreamReplayBuffer(ReplayBufferAsync):
         uids, snapshot, _ = self._select_prompt_uids("train", ready, count)
         batch = self._materialize_batch("train", uids, snapshot)
         self._deliver(batch, global_steps)
+        self.step_stats["dynamic_batches"] += 1
         return batch, metrics
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -107,9 +108,10 @@ class StreamReplayBuffer(ReplayBufferAsync):
             started = tag.get("min_global_steps")
             version = int(started) if started is not None else int(tag.get("global_steps", global_steps))
             self.staleness[max(0, global_steps - 1 - version)] += 1
+        groups = {k.split("_")[0] for k in batch.keys}
         self.step_stats["samples"] += len(batch.keys)
-        self.step_stats["groups"] += len({k.split("_")[0] for k in batch.keys})
-        self._announced.difference_update(k.split("_")[0] for k in batch.keys)
+        self.step_stats["groups"] += len(groups)
+        self._announced -= groups
 
     def pop_step_metrics(self) -> dict[str, float]:
         """This step's stream statistics as verl metrics; resets them."""
@@ -136,7 +138,7 @@ class RlweaveStreamTrainer(PPOTrainer):
             raise ValueError(f"rlweave stream: data.train_batch_size={self._per_step} must be a multiple of "
                              f"actor_rollout_ref.actor.ppo_mini_batch_size={self._minibatch} (groups per "
                              f"streamed mini-batch)")
-        samples = self._minibatch * self.config.actor_rollout_ref.rollout.n
+        samples = self._minibatch * self._group
         for key in ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"):
             micro = OmegaConf.select(self.config, key)
@@ -220,10 +222,8 @@ class RlweaveStreamTrainer(PPOTrainer):
             keys += part.keys
             tags += part.tags
             aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
-            self.replay_buffer.step_stats["dynamic_batches"] += 1
         generated = time.perf_counter() - start
-        batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags,
-                            extra_info={"temperature": self.config.actor_rollout_ref.rollout.temperature})
+        batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags)  # the updates set their extra_info
         update_metrics: dict = {}
         if self.use_critic:
             with marked_timer("update_critic", timing_raw, color="pink"):
