@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 
 from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
+from rlweave.plugins.replay_balance.bound import max_load_bound
 from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_loads
 from rlweave.plugins.replay_balance.planner import (
     CostModel,
     PlanError,
     home_layout,
     home_of,
+    pinned_eplb,
     plan_reorder,
     plan_replication,
     plan_step,
@@ -174,3 +176,44 @@ def test_rlweave_is_never_modelled_slower_than_eplb_oracle(scenario, experts, ep
         scores = score_layer(load, history, topo, CostModel())
         assert scores["rlweave"]["step_s"] <= scores["eplb_oracle"]["step_s"] * (1 + 1e-9)
         assert scores["rlweave"]["step_s"] <= scores["static"]["step_s"] * (1 + 1e-9)
+
+
+def test_bound_is_a_node_spread_over_its_ranks_when_only_that_node_can_hold_the_load():
+    topo = ExpertTopology(8, 2, 2, slots_per_rank=4)  # 2 nodes x 2 ranks, 2 spare slots each
+    home = static_home(topo)
+    load = np.array([400.0, 0, 0, 0, 10, 10, 10, 10])  # node 0 holds 400 tokens, node 1 40
+    assert max_load_bound(load, home_layout(home, topo)[0], home, topo) == pytest.approx(200.0)
+    # the cross-node relaxation (one node of 4 ranks) spreads everything
+    flat = ExpertTopology(8, 1, 4, slots_per_rank=4)
+    assert max_load_bound(load, home_layout(home, topo)[0], home, flat) == pytest.approx(110.0)
+
+
+def test_bound_counts_free_slots():
+    """Rank 0's two hot experts can only move to rank 1 (the only other rank with a free slot,
+    one): one of them stays, 300 tokens, whatever the split; the planner with free copies gets
+    there too."""
+    topo = ExpertTopology(8, 1, 4, slots_per_rank=3)
+    home = static_home(topo)
+    layout = home_layout(home, topo)[0]
+    layout[2 * 3 + 2], layout[3 * 3 + 2] = 6, 4  # ranks 2 and 3 spend their spare slot on step replicas
+    load = np.array([300.0, 300, 0, 0, 0, 0, 0, 0])
+    assert max_load_bound(load, layout, home, topo) == pytest.approx(300.0)
+    p2l, share = plan_replication(load, layout, topo, FREE_MOVES, target=1.0)
+    assert rank_loads(load, p2l, share, 3).max() == pytest.approx(300.0)
+
+
+@pytest.mark.parametrize("nodes,rpn,experts,spare", [(1, 8, 64, 2), (2, 4, 16, 1), (4, 4, 32, 2)])
+def test_bound_never_exceeds_a_plan(nodes, rpn, experts, spare):
+    """Valid: no plan under the same constraints (here the planner's, with free copies, over the
+    homes and over EPLB-style step replicas) is below the bound, and the bound is at least the
+    mean."""
+    rng = np.random.default_rng(8)
+    topo = ExpertTopology(experts, nodes, rpn, slots_per_rank=experts // (nodes * rpn) + spare)
+    home = static_home(topo)
+    loads = skewed_loads(rng, 4, experts, tokens=1024)
+    for layout in (home_layout(home, topo)[0], pinned_eplb(loads[:2], home, topo)):
+        for load in loads:
+            bound = max_load_bound(load, layout, home, topo)
+            p2l, share = plan_replication(load, layout, topo, FREE_MOVES, target=1.0)
+            reached = rank_loads(load, p2l, share, topo.slots_per_rank).max()
+            assert load.sum() / topo.num_ranks - 1e-9 <= bound <= reached + 1e-6
