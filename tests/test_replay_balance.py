@@ -9,6 +9,8 @@ from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_l
 from rlweave.plugins.replay_balance.planner import (
     CostModel,
     PlanError,
+    copy_s,
+    grow_replicas,
     home_layout,
     home_of,
     pinned_eplb,
@@ -217,3 +219,48 @@ def test_bound_never_exceeds_a_plan(nodes, rpn, experts, spare):
             p2l, share = plan_replication(load, layout, topo, FREE_MOVES, target=1.0)
             reached = rank_loads(load, p2l, share, topo.slots_per_rank).max()
             assert load.sum() / topo.num_ranks - 1e-9 <= bound <= reached + 1e-6
+
+
+def test_replicas_that_pay_only_together_are_taken():
+    """Two ranks near the peak: a replica of either hot expert alone lowers the peak only to the
+    other rank (5 tokens, less than its copy), both together nearly halve it."""
+    topo = ExpertTopology(8, 1, 4, slots_per_rank=4)
+    cost = CostModel(token_s=1.0, expert_bytes=10.0, intra_node_bytes_per_s=1.0)  # a copy: 10 tokens' time
+    load = np.array([300.0, 0, 295, 0, 10, 10, 10, 10])
+    p2l, share = plan_replication(load, home_layout(static_home(topo), topo)[0], topo, cost)
+    assert imbalance(rank_loads(load, p2l, share, topo.slots_per_rank)) <= 1.05
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_node_micro_batches_reach_the_goal_and_free_copies_the_bound(seed):
+    """EP=8 in one node, 64 experts, 2 spare slots, hot experts shifting: every micro-batch within
+    1.05 of perfect balance under the default cost model, and, with free copies, at the bound
+    (what no in-node plan beats): the search itself does not stop short."""
+    topo = ExpertTopology(64, 1, 8, slots_per_rank=10)
+    home = static_home(topo)
+    homes = home_layout(home, topo)[0]
+    for load in skewed_loads(np.random.default_rng(seed), 8, 64):
+        p2l, share = plan_replication(load, homes, topo)
+        assert imbalance(rank_loads(load, p2l, share, topo.slots_per_rank)) <= 1.05
+        p2l, share = plan_replication(load, homes, topo, FREE_MOVES, target=1.0)
+        reached = rank_loads(load, p2l, share, topo.slots_per_rank).max()
+        assert reached <= max_load_bound(load, homes, home, topo) * 1.005
+
+
+def test_free_only_replicas_do_not_lengthen_the_copies():
+    """The pass that follows the best prefix (``free_only``) adds replicas only on links that have
+    not yet carried as much as the busiest one, counting the copies from ``copied_from``."""
+    rng = np.random.default_rng(7)
+    topo = ExpertTopology(64, 1, 8, slots_per_rank=10)
+    home = static_home(topo)
+    homes = home_layout(home, topo)[0]
+    load = skewed_loads(rng, 1, 64)
+    one_copy = homes.copy()
+    one_copy[8] = int(np.argmax(load[0, 8:16])) + 8  # rank 0 takes a replica of rank 1's heaviest expert
+    p2l, share = grow_replicas(load, one_copy, home, topo, CostModel(), in_node=True, copied_from=homes,
+                               free_only=True)
+    copies = copy_s(one_copy, homes, home, topo, CostModel())
+    assert copy_s(p2l, homes, home, topo, CostModel()) == pytest.approx(copies)
+    assert np.count_nonzero(p2l >= 0) > np.count_nonzero(one_copy >= 0)  # free replicas were there to take
+    before = split_shares(load, one_copy, topo.slots_per_rank)[1].max()
+    assert rank_loads(load[0], p2l, share[0], topo.slots_per_rank).max() <= before + 1e-9

@@ -190,18 +190,30 @@ def step_max_sum(step_load: np.ndarray, home: np.ndarray, ranks: int) -> float:
 
 def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topology: ExpertTopology,
                   cost: CostModel, in_node: bool, target: float = 1.0, share: np.ndarray | None = None,
-                  candidates: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                  candidates: int = 0, copied_from: np.ndarray | None = None,
+                  free_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Fill spare slots of ``layout`` [R*S] with replicas while they pay over the loads ``load``
     [M, E] (the step's micro-batches, or one micro-batch), each replica copied once from its
     owner (``home`` [E]). ``in_node`` keeps replicas in their owner's node (NVLink copies).
 
     Greedy: among the ``candidates`` experts (default 3 for a step, 1 for one micro-batch)
-    serving most tokens on the busiest ranks, add the (expert, rank) replica whose water-filled
-    split best lowers the busiest ranks, net of its copy time; stop when none pays or max/mean
-    <= ``target`` everywhere. The replica sequence is then cut at its best prefix by modelled
-    time (busiest-rank tokens + copies), so the result is never modelled slower than ``layout``
-    itself. ``share`` [M, R*S]: the best split over
-    ``layout`` when known. Returns (new layout [R*S], its best split [M, R*S]).
+    serving most tokens on the busiest ranks (else each busiest rank's heaviest expert: a rank
+    tied for busiest may hold none of their tokens), add the (expert, rank) replica whose
+    water-filled split best lowers the busiest ranks, net of its copy time, even when that is
+    negative: a replica that alone does not pay can with the next (two ranks near the peak each
+    need one; relieving one alone lowers the peak only to the other). Stop when no replica
+    relieves a busiest rank, after ``patience`` replicas without a new best, or at max/mean <=
+    ``target`` everywhere. The
+    replica sequence is then cut at its best prefix by modelled time (busiest-rank tokens +
+    copies), so the result is never modelled slower than ``layout`` itself. When the greedy went
+    past that prefix, a second pass from it adds only replicas that do not lengthen the copies
+    (a link that has not yet carried as much as the busiest one): the path past the prefix may
+    have spent the slots such a free replica needs.
+
+    ``share`` [M, R*S]: the best split over ``layout`` when known. ``copied_from``: the layout
+    already in place (default ``layout``): replicas of ``layout`` that it lacks count as copies.
+    ``free_only``: only replicas that do not lengthen the copies. Returns (new layout [R*S], its
+    best split [M, R*S]).
     """
     check_topology(topology)
     ranks, slots, rpn = topology.num_ranks, topology.slots_per_rank, topology.ranks_per_node
@@ -215,12 +227,24 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
     mean = load.sum(axis=1) / ranks
     copy_intra = cost.expert_bytes / cost.intra_node_bytes_per_s
     copy_inter = cost.expert_bytes / cost.inter_node_bytes_per_s
-    send, receive, copy_now = np.zeros(ranks), np.zeros(ranks), 0.0  # replica copies so far, per link
+    send, receive = np.zeros(ranks), np.zeros(ranks)  # replica copies so far, per link
     sent = np.zeros((len(home), topology.nodes), dtype=bool)  # expert already sent into node (transfer_s)
     node_of = np.arange(ranks) // rpn
     each = np.where(node_of[:, None] == node_of[home][None], copy_intra, copy_inter)  # [R, E] one copy
+
+    def copy(e: int, q: int) -> float:
+        """Account one copy of expert e to rank q; returns the copies' time so far."""
+        send[home[e]] += each[q, e] * (not sent[e, node_of[q]])
+        receive[q] += each[q, e]
+        sent[e, node_of[q]] = True
+        return float(max(send.max(), receive.max()))
+
+    base = np.asarray(layout if copied_from is None else copied_from)
+    copy_now = 0.0
+    for slot in np.nonzero((p2l >= 0) & (p2l != base))[0]:
+        copy_now = copy(p2l[slot], slot // slots)
     added: list[int] = []  # slots filled, in order
-    best_time, best_count = rank_load.max(axis=1).sum() * cost.token_s, 0
+    best_time, best_count = rank_load.max(axis=1).sum() * cost.token_s + copy_now, 0
     patience = 4
     while (np.any(used < slots) and np.any(rank_load.max(axis=1) > target * mean + 1e-9)
            and len(added) < best_count + patience):  # stop after replicas that did not pay
@@ -230,8 +254,15 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
         on_busiest = (slot_load * np.repeat(busiest, slots, axis=1)).sum(axis=0)  # [R*S]
         served = np.bincount(np.maximum(p2l, 0), weights=on_busiest * (p2l >= 0), minlength=len(home))
         top = np.argsort(-served)[:candidates]
-        best = _best_replica(top[served[top] > 0], p2l, used, slots, in_node, node_of, home, load, rank_load,
-                             slot_load, peak, busiest, each, send, receive, sent, copy_now, cost.token_s)
+        top = top[served[top] > 0]
+        m, r = np.nonzero(busiest)
+        heaviest = p2l.reshape(ranks, slots)[r, slot_load.reshape(len(load), ranks, slots)[m, r].argmax(axis=1)]
+        best = None
+        for experts in (top, np.setdiff1d(heaviest[heaviest >= 0], top)):
+            if best is None and experts.size:
+                best = _best_replica(experts, p2l, used, slots, in_node, node_of, home, load, rank_load,
+                                     slot_load, peak, busiest, each, send, receive, sent, copy_now, cost.token_s,
+                                     free_only)
         if best is None:
             break
         e, q, x, mine = best
@@ -241,10 +272,7 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
         cols = np.concatenate([mine, [slot]])
         rank_load[:, cols // slots] += x - np.concatenate([slot_load[:, mine], np.zeros((len(load), 1))], axis=1)
         slot_load[:, cols] = x
-        send[home[e]] += each[q, e] * (not sent[e, node_of[q]])
-        receive[q] += each[q, e]
-        sent[e, node_of[q]] = True
-        copy_now = max(send.max(), receive.max())
+        copy_now = copy(e, q)
         added.append(slot)
         total = rank_load.max(axis=1).sum() * cost.token_s + copy_now
         if total < best_time - 1e-15:
@@ -258,7 +286,10 @@ def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topolo
     np.add.at(per_expert.T, np.maximum(p2l, 0), slot_load.T)
     start = np.divide(slot_load, per_expert[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
                       where=per_expert[:, np.maximum(p2l, 0)] > 0)
-    return p2l, split_shares(load, p2l, slots, start=start)[0]
+    share = split_shares(load, p2l, slots, start=start)[0]
+    if free_only or best_count == len(added):
+        return p2l, share
+    return grow_replicas(load, p2l, home, topology, cost, in_node, target, share, candidates, base, free_only=True)
 
 
 def pinned_eplb(step_load: np.ndarray, home: np.ndarray, topology: ExpertTopology) -> np.ndarray:
@@ -307,11 +338,13 @@ def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots:
                   node_of: np.ndarray, home: np.ndarray, load: np.ndarray, rank_load: np.ndarray,
                   slot_load: np.ndarray, peak: np.ndarray, busiest: np.ndarray, each: np.ndarray,
                   send: np.ndarray, receive: np.ndarray, sent: np.ndarray, copy_now: float,
-                  token_s: float) -> tuple[int, int, np.ndarray, np.ndarray] | None:
-    """The replica of one of ``experts`` on one free rank that pays best, all pairs evaluated at
-    once: (expert, rank, tokens per slot of the expert's slots then the new one [M, h+1], those
-    slots) or None when none pays. Holder sets are padded to one width with a phantom rank of
-    infinite load, which water-filling never fills. ``each`` [R, E]: one copy's time to a rank."""
+                  token_s: float, free_only: bool) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+    """Of the replicas of ``experts`` on free ranks that relieve a busiest rank, the one that
+    pays best net of its copy time (even when none pays), all pairs evaluated at once: (expert,
+    rank, tokens per slot of the expert's slots then the new one [M, h+1], those slots), or
+    None when none relieves a busiest rank. Holder sets are padded to one width with a phantom
+    rank of infinite load, which water-filling never fills. ``each`` [R, E]: one copy's time to
+    a rank. ``free_only``: only replicas that do not lengthen the copies (``copy_now``)."""
     ranks = len(used)
     mine = [np.nonzero(p2l == e)[0] for e in experts]
     width = max((len(m) for m in mine), default=0)
@@ -322,9 +355,16 @@ def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots:
         if in_node:
             ok &= node_of == node_of[home[e]]
         pairs += [(i, q) for q in np.nonzero(ok)[0]]
-    if not pairs:
+    which, free = np.array(pairs, dtype=int).reshape(-1, 2).T
+    owner = home[experts[which]]
+    one = each[free, experts[which]]
+    copy = np.maximum(copy_now, np.maximum(send[owner] + ~sent[experts[which], node_of[free]] * one,
+                                           receive[free] + one))
+    if free_only:
+        keep = copy <= copy_now + 1e-12
+        which, free, copy = which[keep], free[keep], copy[keep]
+    if not which.size:
         return None
-    which, free = np.array(pairs).T
     held = np.full((len(experts), width), ranks)  # phantom rank
     held_slots = np.full((len(experts), width), p2l.size)  # phantom slot
     for i, m in enumerate(mine):
@@ -336,23 +376,18 @@ def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots:
     base[:, :, :-1] -= served[:, held_slots[which]].transpose(1, 0, 2)
     x = water_fill(base, load[:, experts[which]].T)
     after = np.where(np.isinf(base), -np.inf, base + x).max(axis=2)  # [P, M]
-    holders = np.zeros((len(pairs), ranks + 1), dtype=bool)
-    holders[np.arange(len(pairs))[:, None], held[which]] = True
+    holders = np.zeros((len(which), ranks + 1), dtype=bool)
+    holders[np.arange(len(which))[:, None], held[which]] = True
     relieved = (busiest[None] & holders[:, None, :ranks]).any(axis=2)  # [P, M]: a holder is busiest
     in_group = holders
-    in_group[np.arange(len(pairs)), free] = True
+    in_group[np.arange(len(which)), free] = True
     # The busiest rank outside the group, ignoring the other busiest ones (optimistic: later
     # replicas may relieve those; the best-prefix cut in grow_replicas keeps only what paid).
     others = np.where(in_group[:, None, :ranks] | busiest[None], -np.inf, rank_load[None]).max(axis=2)
-    relief = (peak[None] - np.maximum(after, others)).clip(min=0) * relieved
-    owner = home[experts[which]]
-    one = each[free, experts[which]]
-    copy = np.maximum(copy_now, np.maximum(send[owner] + ~sent[experts[which], node_of[free]] * one,
-                                           receive[free] + one))
-    net = relief.sum(axis=1) * token_s - (copy - copy_now)
-    p = int(np.argmax(net))
-    if net[p] <= 0:
+    relief = ((peak[None] - np.maximum(after, others)).clip(min=0) * relieved).sum(axis=1)
+    if not np.any(relief):
         return None
+    p = int(np.argmax(np.where(relief > 0, relief * token_s - (copy - copy_now), -np.inf)))
     i = which[p]
     real = np.r_[np.arange(len(mine[i])), width]
     return int(experts[i]), int(free[p]), x[p][:, real], mine[i]
