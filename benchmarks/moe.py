@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,10 @@ REFERENCES = ("eplb_oracle_free_moves",)
 
 def score_layer(load: np.ndarray, history: np.ndarray, topo: Any, cost: Any) -> dict[str, dict]:
     """Every policy on one layer's step: {policy: {"ratios": max/mean rank load per micro-batch,
-    "rank_load": [M, R], "step_s": modelled time, "planner_s", "moved"}}.
+    "rank_load": [M, R], "step_s": modelled time, "planner_s", "moved"}}; rlweave's also holds
+    "bound_ratios": per micro-batch, the least max/mean any plan reaches over its step layout with
+    in-node micro-batch replicas (:func:`...bound.max_load_bound`), and "cross_node_bound_ratios":
+    the same were micro-batch replicas allowed across nodes.
 
     load: [M, E] tokens per expert and micro-batch; history: [E] the previous step's loads.
     One accounting for all: the busiest rank's tokens x ``token_s`` per micro-batch, plus weight
@@ -97,6 +101,7 @@ def score_layer(load: np.ndarray, history: np.ndarray, topo: Any, cost: Any) -> 
     with owner moves free, ``eplb_oracle_free_moves``, which no trainer gets but bounds EPLB).
     """
     from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
+    from rlweave.plugins.replay_balance.bound import max_load_bound
     from rlweave.plugins.replay_balance.loads import imbalance, rank_loads
     from rlweave.plugins.replay_balance.planner import (
         copy_s,
@@ -143,6 +148,11 @@ def score_layer(load: np.ndarray, history: np.ndarray, topo: Any, cost: Any) -> 
     record("rlweave", list(zip(plan.physical_to_logical, plan.token_share, strict=True)),
            move_s(static, plan.home, topo, cost) + copy_s(plan.layout, homes, plan.home, topo, cost)
            + per_mb, planner_s, int(np.count_nonzero(plan.home != static)))
+    one_node = replace(topo, nodes=1, ranks_per_node=topo.num_ranks)
+    mean = load.sum(axis=1) / topo.num_ranks
+    for name, where in (("bound_ratios", topo), ("cross_node_bound_ratios", one_node)):
+        out["rlweave"][name] = [max_load_bound(mb, plan.layout, plan.home, where) / m if m > 0 else 1.0
+                                for mb, m in zip(load, mean, strict=True)]
 
     reordered = plan_reorder(load, topo, static, cost)
     record("reorder_only", [home_layout(reordered, topo)] * len(load), move_s(static, reordered, topo, cost),
@@ -199,6 +209,10 @@ def run(args: argparse.Namespace) -> BenchResult:
         per_ep[ep] = {p: {"max_mean_mean": float(np.mean([r for layer in layers for r in layer[p]["ratios"]])),
                           "max_mean_p99": float(np.percentile([r for layer in layers for r in layer[p]["ratios"]], 99)),
                           "modelled_step_s": float(sum(layer[p]["step_s"] for layer in layers))} for p in names}
+        for name in ("bound_ratios", "cross_node_bound_ratios"):
+            ratios = [r for layer in layers for r in layer["rlweave"][name]]
+            per_ep[ep][f"rlweave_{name[:-len('_ratios')]}"] = {"max_mean_mean": float(np.mean(ratios)),
+                                                               "max_mean_p99": float(np.percentile(ratios, 99))}
         per_ep[ep]["experts_moved"] = {p: sum(layer[p]["moved"] for layer in layers)
                                                   for p in ("eplb_history", "eplb_oracle", "rlweave", "reorder_only")}
         per_ep[ep]["planner_ms_per_layer"] = float(np.median(ep_planner_ms))
@@ -210,6 +224,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         "eplb_max_mean_load": round(mean_of("eplb_history", "max_mean_mean"), 3),
         "eplb_oracle_max_mean_load": round(mean_of("eplb_oracle", "max_mean_mean"), 3),
         "rlweave_max_mean_load": round(mean_of("rlweave", "max_mean_mean"), 3),
+        "rlweave_bound_max_mean_load": round(mean_of("rlweave_bound", "max_mean_mean"), 3),
         "speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
         "speedup_vs_static": round(mean_of("static", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
         "lower_bound_speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s")
@@ -234,6 +249,10 @@ def run(args: argparse.Namespace) -> BenchResult:
             label = f"{p} ({moved} experts moved)" if moved is not None else p
             rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
                          f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+        for name, label in (("rlweave_bound", "rlweave bound (in-node micro-batch replicas)"),
+                            ("rlweave_cross_node_bound", "rlweave bound if micro-batch replicas crossed nodes")):
+            r = per_ep[ep][name]
+            rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}", "", ""])
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
                      f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])

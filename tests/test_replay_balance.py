@@ -178,6 +178,9 @@ def test_rlweave_is_never_modelled_slower_than_eplb_oracle(scenario, experts, ep
         scores = score_layer(load, history, topo, CostModel())
         assert scores["rlweave"]["step_s"] <= scores["eplb_oracle"]["step_s"] * (1 + 1e-9)
         assert scores["rlweave"]["step_s"] <= scores["static"]["step_s"] * (1 + 1e-9)
+        rlweave = scores["rlweave"]
+        assert np.all(np.array(rlweave["bound_ratios"]) <= np.array(rlweave["ratios"]) + 1e-9)
+        assert np.all(np.array(rlweave["cross_node_bound_ratios"]) <= np.array(rlweave["bound_ratios"]) + 1e-9)
 
 
 def test_bound_is_a_node_spread_over_its_ranks_when_only_that_node_can_hold_the_load():
