@@ -34,61 +34,6 @@ def actor_weights(ckpt: Path, step: int) -> dict[str, torch.Tensor]:
     return {k: (v.to_local() if hasattr(v, "to_local") else v).float() for k, v in state.items()}
 
 
-@pytest.fixture(scope="module")
-def grpo(tmp_path_factory) -> VerlRun:
-    return run_verl("grpo", tmp_path_factory.mktemp("grpo"), steps=2, save_freq=1, timeout_s=900)
-
-
-@pytest.mark.timeout(1000)
-def test_grpo_sync_trains_with_vllm_cpu_rollout(grpo):
-    assert_trained(grpo, [1, 2])
-    assert grpo.steps[2]["rollout_corr/kl"] < 0.01  # rollout and trainer agree on every logit
-    before, after = actor_weights(grpo.checkpoint_dir, 1), actor_weights(grpo.checkpoint_dir, 2)
-    assert any(not torch.equal(before[k], after[k]) for k in before), "an update changed no weight"
-
-    events = load_events(grpo.trace_dir)
-    engines = [e for e in events if e["name"] == "framework_loaded" and e["args"]["name"] == "vllm"]
-    assert any(e["process"] == "EngineCore" for e in engines), "rollout did not run on vLLM"
-    assert any(e["name"] == "iteration" for e in events)
-    stages = {e["name"] for e in events if e["ph"] == "X"}
-    assert {"generate", "old_log_prob", "adv", "update_actor", "weight_sync"} <= stages
-
-
-@pytest.mark.timeout(1000)
-def test_checkpoint_resumes_at_the_next_step(grpo):
-    resumed = run_verl("grpo", grpo.checkpoint_dir.parent, steps=3, save_freq=1, timeout_s=900)
-    assert_trained(resumed, [3])
-    assert (grpo.checkpoint_dir / "global_step_3").is_dir()
-
-
-@pytest.mark.timeout(1000)
-@pytest.mark.parametrize("mode", ["ppo_critic", "colocate_async", "two_ranks", "separate_async"])
-def test_mode_runs(mode, tmp_path):
-    # The critic run also carries the KL loss against a reference policy (grpo_kl's overrides):
-    # one verl run covers the reference and the critic workers.
-    extra = MODES["grpo_kl"] if mode == "ppo_critic" else ()
-    run = run_verl(mode, tmp_path, steps=2, timeout_s=900, extra=extra)
-    assert_trained(run, [1, 2])
-    last = run.steps[2]
-    if mode == "ppo_critic":
-        assert math.isfinite(last["actor/kl_loss"])
-        assert "timing_s/ref" in last
-        assert math.isfinite(last["critic/vf_loss"])
-        assert "timing_s/values" in last and "timing_s/update_critic" in last
-    if mode == "separate_async":  # weights reached the standalone engine through gloo
-        assert last["checkpoint_engine/gloo/bytes"] > 0
-        assert abs(last["rollout_corr/kl"]) < 0.01
-
-
-@pytest.mark.timeout(1000)
-def test_mixtral_actor_syncs_into_vllm(tmp_path):
-    """verl maps only Qwen-style MoE names; rlweave's verl_mixtral_weight_names patch makes a
-    Mixtral actor's weights load into vLLM's Mixtral (otherwise the first sync hangs)."""
-    run = run_verl("grpo", tmp_path, steps=2, model_name="tiny-mixtral", timeout_s=900)
-    assert_trained(run, [1, 2])
-    assert abs(run.steps[2]["rollout_corr/kl"]) < 0.01
-
-
 # A reproducible run on CPU. verl 0.9 seeds vLLM sampling per request only under
 # rollout.full_determinism, which also turns on vLLM's batch-invariant kernels, and those need
 # Triton's GPU backend. So the rollout samples from the top-1 token only (greedy tokens whatever
@@ -102,18 +47,71 @@ COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "acto
             "response_length/mean")
 
 
-@pytest.mark.timeout(2000)
-def test_rlweave_installed_but_disabled_leaves_verls_metrics_unchanged(tmp_path):
-    """The same seeded run with rlweave off, and with rlweave's tracing on (every stage through
-    rlweave's hooks): verl's metrics must be identical."""
-    off = run_verl("grpo", tmp_path / "off", steps=2, trace=False, timeout_s=900, extra=DETERMINISTIC)
-    on = run_verl("grpo", tmp_path / "on", steps=2, trace=True, timeout_s=900, extra=DETERMINISTIC)
-    assert_trained(off, [1, 2])
-    assert_trained(on, [1, 2])
+@pytest.fixture(scope="module")
+def sync_run(tmp_path_factory) -> VerlRun:
+    """One reproducible, traced, checkpointed run of verl's sync trainer, which two tests read
+    (each verl run costs about two minutes of CI, mostly its processes starting)."""
+    return run_verl("grpo", tmp_path_factory.mktemp("sync"), steps=2, save_freq=1, timeout_s=900,
+                    extra=DETERMINISTIC)
+
+
+@pytest.mark.timeout(1000)
+def test_sync_trainer_trains_with_vllm_cpu_rollout(sync_run):
+    assert_trained(sync_run, [1, 2])
+    # No rollout/trainer KL check here: with top-1 sampling vLLM reports the log-probs of the
+    # truncated distribution (0). The other runs check it.
+    before, after = actor_weights(sync_run.checkpoint_dir, 1), actor_weights(sync_run.checkpoint_dir, 2)
+    assert any(not torch.equal(before[k], after[k]) for k in before), "an update changed no weight"
+
+    events = load_events(sync_run.trace_dir)
+    engines = [e for e in events if e["name"] == "framework_loaded" and e["args"]["name"] == "vllm"]
+    assert any(e["process"] == "EngineCore" for e in engines), "rollout did not run on vLLM"
+    assert any(e["name"] == "iteration" for e in events)
+    stages = {e["name"] for e in events if e["ph"] == "X"}
+    assert {"generate", "old_log_prob", "adv", "update_actor", "weight_sync"} <= stages
+
+
+@pytest.mark.timeout(1000)
+def test_resumed_with_rlweave_off_reproduces_the_traced_run(sync_run, tmp_path):
+    """Two checks in one verl run. Resume: verl restarts from the traced run's step-1 checkpoint
+    and trains step 2 only. Disabled means absent: with rlweave installed but off, step 2's
+    metrics equal those of the run whose every stage went through rlweave's hooks (tracing)."""
+    resumed_from = sync_run.checkpoint_dir / "global_step_1"
+    off = run_verl("grpo", tmp_path / "off", steps=2, trace=False, timeout_s=900,
+                   extra=DETERMINISTIC + ("trainer.resume_mode=resume_path", f"trainer.resume_from_path={resumed_from}"))
+    assert_trained(off, [2])
     assert not list((tmp_path / "off").glob("trace/*.jsonl")), "rlweave recorded while disabled"
-    for step in (1, 2):
-        # Training on CPU is not bitwise reproducible run to run even with verl's
-        # full_determinism (grad norm seen to vary by ~1e-5 relative), and pg_loss of whitened
-        # advantages is a cancelling sum near 1e-7: compare to that float noise.
-        expected = {k: pytest.approx(off.steps[step][k], rel=1e-4, abs=1e-6) for k in COMPARED}
-        assert {k: on.steps[step][k] for k in COMPARED} == expected
+    # Training on CPU is not bitwise reproducible run to run even with verl's full_determinism
+    # (grad norm seen to vary by ~1e-5 relative), and pg_loss of whitened advantages is a
+    # cancelling sum near 1e-7: compare to that float noise.
+    expected = {k: pytest.approx(off.steps[2][k], rel=1e-4, abs=1e-6) for k in COMPARED}
+    assert {k: sync_run.steps[2][k] for k in COMPARED} == expected
+
+
+@pytest.mark.timeout(1000)
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_mode_runs(mode, tmp_path):
+    # The colocated run also carries a critic (GAE) and the KL loss against a reference policy:
+    # one verl run covers verl's one-step-off mode and the reference and critic workers.
+    extra = MODES["ppo_critic"] + MODES["grpo_kl"] if mode == "colocate_async" else ()
+    run = run_verl(mode, tmp_path, steps=2, timeout_s=900, extra=extra)
+    assert_trained(run, [1, 2])
+    last = run.steps[2]
+    if mode == "colocate_async":
+        assert math.isfinite(last["actor/kl_loss"])
+        assert "timing_s/ref" in last
+        assert math.isfinite(last["critic/vf_loss"])
+        assert "timing_s/values" in last and "timing_s/update_critic" in last
+    if mode == "separate_async":  # weights reached the standalone engine through gloo
+        assert last["checkpoint_engine/gloo/bytes"] > 0
+        assert abs(last["rollout_corr/kl"]) < 0.01
+
+
+@pytest.mark.timeout(1000)
+def test_mixtral_actor_on_two_ranks_syncs_into_vllm(tmp_path):
+    """verl maps only Qwen-style MoE names; rlweave's verl_mixtral_weight_names patch makes a
+    Mixtral actor's weights load into vLLM's Mixtral (otherwise the first sync hangs). The actor
+    is sharded over two FSDP ranks, so the synced weights are gathered ones."""
+    run = run_verl("two_ranks", tmp_path, steps=2, model_name="tiny-mixtral", timeout_s=900)
+    assert_trained(run, [1, 2])
+    assert abs(run.steps[2]["rollout_corr/kl"]) < 0.01
