@@ -25,9 +25,6 @@ MODES: dict[str, tuple[str, ...]] = {
     "ppo_critic": ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
                    "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=False",
                    "critic.model.enable_gradient_checkpointing=False"),
-    # 8 samples over 2 ranks: 4 per rank, so micro-batches of 4.
-    "two_ranks": ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4"),
     "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
     # One standalone vLLM replica on its own (logical) GPU next to the hybrid one; trainer ->
     # standalone weights go through rlweave's gloo checkpoint engine (verl refuses "naive" here,
@@ -43,10 +40,12 @@ MODES: dict[str, tuple[str, ...]] = {
     "rlweave_stream_async": ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true",
                              "+rlweave.stream_generation.mode=async"),
 }
-# Ray's logical GPUs per mode (default 1): trainer ranks plus standalone rollout slots.
-RAY_GPUS: dict[str, int] = {"two_ranks": 2, "separate_async": 2}
-# trainer.n_gpus_per_node per mode (default 1): the trainer's own ranks.
-TRAINER_GPUS: dict[str, int] = {"two_ranks": 2}
+# Standalone rollout slots per mode (default 0): Ray's logical GPUs beyond the trainer's ranks.
+ROLLOUT_GPUS: dict[str, int] = {"separate_async": 1}
+SAMPLES_PER_STEP = 8  # data.train_batch_size x rollout.n in the base command
+MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+                    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+                    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu")
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 
 
@@ -63,13 +62,16 @@ class VerlRun:
 
 def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
                  model_name: str = "tiny-llama", extra: tuple[str, ...] = (),
-                 output_lens: list[int] | None = None, prompts: list[str] | None = None) -> list[str]:
+                 output_lens: list[int] | None = None, prompts: list[str] | None = None,
+                 ranks: int = 1) -> list[str]:
+    """``ranks``: trainer ranks (FSDP2 over gloo); each micro-batch then holds a rank's share of
+    the step's samples, for the actor, the reference and the critic alike."""
     from rlweave.adapters.verl.cpu import CPU_OVERRIDES
     from rlweave.benchmarks.arithmetic_task import write_dataset
 
     train, val = write_dataset(workdir / "data", seed=seed, output_lens=output_lens, prompts=prompts)
     model = ensure_tiny_model(model_name)
-    gpus, ray_gpus = TRAINER_GPUS.get(mode, 1), RAY_GPUS.get(mode, 1)
+    micro = SAMPLES_PER_STEP // ranks
     base = (
         "algorithm.adv_estimator=grpo",
         f"data.train_files={train}", f"data.val_files={val}", f"data.seed={seed}",
@@ -92,13 +94,14 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
         "reward.custom_reward_function.path=pkg://rlweave.benchmarks.arithmetic_task",
         "reward.custom_reward_function.name=compute_score",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"trainer.n_gpus_per_node={gpus}", "trainer.nnodes=1", "trainer.logger=[console]",
+        f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1", "trainer.logger=[console]",
         "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={steps}",
         f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
         "trainer.project_name=rlweave", f"trainer.experiment_name={mode}",
-        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={ray_gpus}",
+        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={ranks + ROLLOUT_GPUS.get(mode, 0)}",
     )
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra]
+    per_rank = () if ranks == 1 else tuple(f"{key}={micro}" for key in MICRO_BATCH_KEYS)
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra, *per_rank]
 
 
 def verl_env(trace_dir: Path | None) -> dict[str, str]:
@@ -132,13 +135,13 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
              extra: tuple[str, ...] = (), output_lens: list[int] | None = None,
-             prompts: list[str] | None = None) -> VerlRun:
+             prompts: list[str] | None = None, ranks: int = 1) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
     cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
-                       extra=extra, output_lens=output_lens, prompts=prompts)
+                       extra=extra, output_lens=output_lens, prompts=prompts, ranks=ranks)
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:

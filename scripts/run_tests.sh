@@ -22,7 +22,7 @@ run_group verl .venv integration_tests/verl
 run_group vllm .venv-vllm integration_tests/vllm
 run_group megatron .venv-mcore integration_tests/megatron
 run_group sglang .venv-sglang integration_tests/sglang
-run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 6 verl runs, ~2-3 min each
+run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 5 verl runs, ~2-4 min each
 
 echo
 .venv/bin/python - "$REPORTS" <<'PY'

@@ -8,6 +8,7 @@ model; every run has a timeout because a Ray placement deadlock hangs silently.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -89,29 +90,28 @@ def test_resumed_with_rlweave_off_reproduces_the_traced_run(sync_run, tmp_path):
 
 
 @pytest.mark.timeout(1000)
-@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_mode_runs(mode, tmp_path):
-    # The colocated run also carries a critic (GAE) and the KL loss against a reference policy:
-    # one verl run covers verl's one-step-off mode and the reference and critic workers.
-    extra = MODES["ppo_critic"] + MODES["grpo_kl"] if mode == "colocate_async" else ()
-    run = run_verl(mode, tmp_path, steps=2, timeout_s=900, extra=extra)
+def test_colocate_async_with_critic_reference_and_two_actor_ranks(tmp_path):
+    """verl's one-step-off colocated mode, carrying a critic (GAE), the KL loss against a
+    reference policy, and two trainer ranks (FSDP2 over gloo): one verl run for all four."""
+    run = run_verl("colocate_async", tmp_path, steps=2, timeout_s=900, ranks=2,
+                   extra=MODES["ppo_critic"] + MODES["grpo_kl"])
     assert_trained(run, [1, 2])
     last = run.steps[2]
-    if mode == "colocate_async":
-        assert math.isfinite(last["actor/kl_loss"])
-        assert "timing_s/ref" in last
-        assert math.isfinite(last["critic/vf_loss"])
-        assert "timing_s/values" in last and "timing_s/update_critic" in last
-    if mode == "separate_async":  # weights reached the standalone engine through gloo
-        assert last["checkpoint_engine/gloo/bytes"] > 0
-        assert abs(last["rollout_corr/kl"]) < 0.01
+    assert math.isfinite(last["actor/kl_loss"]) and "timing_s/ref" in last
+    assert math.isfinite(last["critic/vf_loss"])
+    assert "timing_s/values" in last and "timing_s/update_critic" in last
+    assert len(set(re.findall(r"WorkerDict pid=(\d+)", run.log))) == 2, "not two trainer ranks"
+    assert abs(last["rollout_corr/kl"]) < 0.01
 
 
 @pytest.mark.timeout(1000)
-def test_mixtral_actor_on_two_ranks_syncs_into_vllm(tmp_path):
-    """verl maps only Qwen-style MoE names; rlweave's verl_mixtral_weight_names patch makes a
-    Mixtral actor's weights load into vLLM's Mixtral (otherwise the first sync hangs). The actor
-    is sharded over two FSDP ranks, so the synced weights are gathered ones."""
-    run = run_verl("two_ranks", tmp_path, steps=2, model_name="tiny-mixtral", timeout_s=900)
+def test_separate_async_syncs_a_mixtral_actor_through_the_gloo_engine(tmp_path):
+    """A standalone rollout replica gets the trainer's weights through rlweave's gloo checkpoint
+    engine. The actor is Mixtral-style: verl maps only Qwen-style MoE names, and rlweave's
+    verl_mixtral_weight_names patch makes them load into vLLM's Mixtral (otherwise the first
+    sync hangs)."""
+    run = run_verl("separate_async", tmp_path, steps=2, model_name="tiny-mixtral", timeout_s=900)
     assert_trained(run, [1, 2])
-    assert abs(run.steps[2]["rollout_corr/kl"]) < 0.01
+    last = run.steps[2]
+    assert last["checkpoint_engine/gloo/bytes"] > 0
+    assert abs(last["rollout_corr/kl"]) < 0.01  # the rollout's weights are the trainer's
