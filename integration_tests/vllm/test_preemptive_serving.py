@@ -13,25 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_workload import WORKLOAD, engine_env
 
 from rlweave.benchmarks.vllm_generate import EngineRunError, generate_in_fresh_engine, workload
 from rlweave.hookspecs import hookimpl
 from rlweave.types import ScheduleDecision
 
-# More requests than batch slots, lengths 1/8x..1x: all arrive together, so MLFQ demotes the
-# admitted ones after a quantum and preempts them for the waiting ones, round after round.
-WORKLOAD = dict(requests=8, max_tokens=32, max_num_seqs=2, repeats=1, varied=True, exact=True)
-
-
-def engine_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    return env | extra
-
-
 @pytest.mark.timeout(400)
-def test_mlfq_preempts_and_keeps_greedy_tokens_identical(tmp_path):
-    fcfs = generate_in_fresh_engine(engine_env(), **WORKLOAD)["tokens"]
+def test_mlfq_preempts_and_keeps_greedy_tokens_identical(default_tokens, tmp_path):
+    # The shared workload arrives all at once with more requests than slots, so MLFQ demotes
+    # the admitted ones after a quantum and preempts them for the waiting ones, round after round.
     log = tmp_path / "finished.jsonl"
     ours = generate_in_fresh_engine(engine_env(
         RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true",
@@ -40,7 +31,7 @@ def test_mlfq_preempts_and_keeps_greedy_tokens_identical(tmp_path):
 
     _, lengths = workload(WORKLOAD["requests"], WORKLOAD["max_tokens"], varied=True)
     assert [len(t) for t in ours] == lengths  # every request finished, at its full length
-    assert ours == fcfs
+    assert ours == default_tokens
     finished = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(finished) == 4 + WORKLOAD["requests"]  # the warm-up call, then the timed one
     assert sum(r["num_preemptions"] for r in finished) > 0, "MLFQ never preempted"

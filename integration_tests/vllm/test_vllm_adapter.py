@@ -7,23 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from engine_workload import WORKLOAD, engine_env
 
 from rlweave.benchmarks.vllm_generate import EngineRunError, generate_in_fresh_engine
 from rlweave.tracing import load_events
 
 HERE = Path(__file__).resolve().parent
-WORKLOAD = dict(requests=6, max_tokens=24, max_num_seqs=2, repeats=1, varied=True, exact=True)
-
-
-def engine_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    return env | extra
-
-
-@pytest.fixture(scope="module")
-def default_tokens() -> list[list[int]]:
-    return generate_in_fresh_engine(engine_env(), **WORKLOAD)["tokens"]
 
 
 @pytest.mark.timeout(300)
