@@ -61,9 +61,9 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
     rlweave's is ``"heddle"`` (the orchestrator's placement and migration) with ``"priority"``
     (the orchestrator's per-turn priority). Mixed pairs are the ablations. ``tail`` (with heddle
     placement) regroups instances once the orchestrator's loads say the switch pays."""
-    if placement not in ("sticky", "heddle") or queue not in ("fcfs", "priority"):
+    if placement not in ("sticky", "heddle") or queue not in ("fcfs", "priority", "preemptive"):
         raise ValueError(f"unknown policy {placement!r}/{queue!r}: placement 'sticky' or "
-                         "'heddle', queue 'fcfs' or 'priority'")
+                         "'heddle', queue 'fcfs', 'priority' or 'preemptive'")
     if (placement, queue) != ("sticky", "fcfs") and orchestrator is None:
         raise ValueError("heddle placement and priority queues need an orchestrator")
     if tail is not None and placement != "heddle":
@@ -103,12 +103,35 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
             left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
             inst.running[rid] = (turn, float(left))
             prefill += turn.traj.context_before(turn.index)
+        if queue == "preemptive":
+            prefill += preempt_for_waiting(inst, now)
         inst.progress_from += prefill * inst.cost.prefill_s_per_token
         inst.version += 1
         if inst.running:
             left = min(left for _, left in inst.running.values())
             at = inst.progress_from + max(left, 0.0) * inst.cost.iteration_s(len(inst.running))
             heapq.heappush(events, (at, next(seq), "instance", (inst.iid, inst.version)))
+
+    def preempt_for_waiting(inst: _Instance, now: float) -> int:
+        """Swap the worst-ranked running turns for better-ranked waiting ones (recompute: the
+        resumed turn re-prefills its context and what it had generated); returns the tokens to
+        prefill."""
+        prefill = 0
+        while inst.waiting and inst.running:
+            rid, (worst, left) = max(inst.running.items(), key=lambda kv: kv[1][0].key)
+            if inst.waiting[0][0] >= worst.key:
+                break
+            del inst.running[rid]
+            worst.left, worst.submit_s = left, now
+            heapq.heappush(inst.waiting, (worst.key, rid, worst))
+            _, nrid, turn = heapq.heappop(inst.waiting)
+            queueing[turn.traj.id] += now - turn.submit_s
+            state[turn.traj.id]["queued"] += now - turn.submit_s
+            left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
+            inst.running[nrid] = (turn, float(left))
+            done = turn.traj.turn_tokens[turn.index] - left
+            prefill += turn.traj.context_before(turn.index) + int(done)
+        return prefill
 
     def submit(t: Trajectory, now: float) -> None:
         s = state[t.id]
@@ -120,7 +143,7 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         else:
             loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in live]
             iid = orchestrator.choose_instance(info(t), loads, now)
-        key: tuple = (orchestrator.priority(info(t)), now) if queue == "priority" else (now,)
+        key: tuple = (orchestrator.priority(info(t)), now) if queue != "fcfs" else (now,)
         s["inst"] = iid
         inflight[iid] += 1
         inst = by_id[iid]
