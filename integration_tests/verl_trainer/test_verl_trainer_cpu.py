@@ -44,16 +44,21 @@ def actor_weights(ckpt: Path, step: int) -> dict[str, torch.Tensor]:
 DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
                  "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
                  "algorithm.adv_estimator=reinforce_plus_plus")
+# Heddle (agentic_rollout) on verl's request path: rlweave's request load balancer (through verl's
+# own factory), rlweave's agent loop, and vLLM's priority scheduling of the priorities it sets.
+HEDDLE = ("+rlweave.agentic_rollout.enable=true", "actor_rollout_ref.rollout.scheduling_policy=priority",
+          "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_single_turn")
 COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm",
             "response_length/mean")
 
 
 @pytest.fixture(scope="module")
 def sync_run(tmp_path_factory) -> VerlRun:
-    """One reproducible, traced, checkpointed run of verl's sync trainer, which two tests read
-    (each verl run costs about two minutes of CI, mostly its processes starting)."""
+    """One reproducible, traced, checkpointed run of verl's sync trainer with Heddle's request
+    path on, which two tests read (each verl run costs about two minutes of CI, mostly its
+    processes starting)."""
     return run_verl("grpo", tmp_path_factory.mktemp("sync"), steps=2, save_freq=1, timeout_s=900,
-                    extra=DETERMINISTIC)
+                    extra=DETERMINISTIC + HEDDLE)
 
 
 @pytest.mark.timeout(1000)
@@ -71,12 +76,20 @@ def test_sync_trainer_trains_with_vllm_cpu_rollout(sync_run):
     stages = {e["name"] for e in events if e["ph"] == "X"}
     assert {"generate", "old_log_prob", "adv", "update_actor", "weight_sync"} <= stages
 
+    # Heddle end to end: both the balancer actor and the agent loops saw the trajectories, and
+    # the priorities the plugin set reached vLLM's scheduler (verl's own path sends 0).
+    saw = {e["process"] for e in events if e["name"] == "trajectory_start"}
+    assert len(saw) >= 2, f"trajectories seen by {saw} only: balancer and agent loop expected"
+    priorities = [e["args"]["priority"] for e in events if e["name"] == "request"]
+    assert priorities and any(p < 0 for p in priorities), priorities[:8]
+
 
 @pytest.mark.timeout(1000)
 def test_resumed_with_rlweave_off_reproduces_the_traced_run(sync_run, tmp_path):
     """Two checks in one verl run. Resume: verl restarts from the traced run's step-1 checkpoint
     and trains step 2 only. Disabled means absent: with rlweave installed but off, step 2's
-    metrics equal those of the run whose every stage went through rlweave's hooks (tracing)."""
+    metrics equal those of the run whose every stage went through rlweave's hooks (tracing) and
+    whose requests Heddle placed and prioritised (scheduling must not change results)."""
     resumed_from = sync_run.checkpoint_dir / "global_step_1"
     off = run_verl("grpo", tmp_path / "off", steps=2, trace=False, timeout_s=900,
                    extra=DETERMINISTIC + ("trainer.resume_mode=resume_path", f"trainer.resume_from_path={resumed_from}"))

@@ -59,7 +59,8 @@ def rlweave_engine_step(step: EngineStep) -> None:
 def rlweave_request_finished(request: RequestView) -> None:
     # A request's whole stay in the engine, queueing included.
     tracer.record_span("request", "requests", request.arrival_s * 1e6, now_us(),
-                       request_id=request.request_id, output_len=request.output_len)
+                       request_id=request.request_id, output_len=request.output_len,
+                       priority=request.priority)
 
 
 @hookimpl
