@@ -24,6 +24,14 @@ the order of ``rlweave_dispatch_order`` (predicted long tail first).
 
 The engines must keep their weights and KV cache while the trainer runs (they are not put to
 sleep): on a machine where training needs the rollout's memory, use separate rollout devices.
+
+Rollout pool (StreamRL's disaggregation), chosen with verl's own settings: by default the
+engines are verl's hybrid replicas, colocated with the trainer ranks. With
+``actor_rollout_ref.hybrid_engine=False`` they are standalone replicas on their own devices
+(``actor_rollout_ref.rollout.nnodes`` x ``n_gpus_per_node``, as in verl's ``separate_async``),
+and weights reach them through ``actor_rollout_ref.rollout.checkpoint_engine`` (a backend that
+crosses devices, e.g. rlweave's ``gloo`` on CPU), which pauses requests in flight for the push
+and resumes them after.
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
+from verl.checkpoint_engine import CheckpointEngineManager
 from verl.trainer.ppo.v1.utils import MetricsAggregator
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
-from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 
 from rlweave.config import StreamGenerationConfig
 from rlweave.host import get_host
@@ -130,6 +140,10 @@ class RlweaveStreamTrainer(PPOTrainer):
 
     def __init__(self, config: Any) -> None:
         self.stream: StreamGenerationConfig = get_host().config.stream_generation
+        # Read by verl's PPOTrainer._setup: False gives the trainer ranks no rollout replica.
+        self._enable_hybrid_replicas = bool(config.actor_rollout_ref.get("hybrid_engine", True))
+        if not self._enable_hybrid_replicas:
+            _check_standalone_pool(config)
         super().__init__(config)
         self._per_step = self.config.data.train_batch_size
         self._minibatch = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
@@ -157,6 +171,23 @@ class RlweaveStreamTrainer(PPOTrainer):
             max_off_policy_threshold=self.stream.max_staleness + 1 if self._async else 1,
             max_off_policy_strategy="drop", sampler_kwargs=sampler.sampler_kwargs,
             refill_fn=self._add_prompts_to_generate, poll_s=self.stream.poll_s)
+
+    def _setup(self) -> None:
+        """verl's setup; with the hybrid engine off, then the standalone rollout pool and the
+        checkpoint engine that pushes weights to it (verl's base sets up neither)."""
+        super()._setup()
+        if self._enable_hybrid_replicas:
+            return
+        self.llm_server_manager = LLMServerManager.create(config=self.config)
+        self.checkpoint_manager = CheckpointEngineManager(
+            config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
+            actor_wg=self.actor_rollout_wg, replicas=self.llm_server_manager.get_replicas())
+
+    def _get_n_gpus_for_throughput(self) -> int:
+        """verl's per-device throughput metrics count the standalone rollout devices too."""
+        rollout = self.config.actor_rollout_ref.rollout
+        standalone = 0 if self._enable_hybrid_replicas else rollout.nnodes * rollout.n_gpus_per_node
+        return super()._get_n_gpus_for_throughput() + standalone
 
     def get_llm_client(self) -> Any:
         if self._async:  # requests paused for a weight push resume where they stopped
@@ -193,11 +224,14 @@ class RlweaveStreamTrainer(PPOTrainer):
         """The engines keep generating (and keep their memory) while the trainer trains."""
 
     def on_step_end(self) -> None:
+        # A standalone pool's checkpoint engine pauses and resumes requests in flight itself;
+        # verl's colocated ("naive") one does not.
+        pause = self._async and self._enable_hybrid_replicas
         with marked_timer("update_weights", self.timing_raw, color="red"):
-            if self._async:
+            if pause:
                 self.checkpoint_manager.abort_replicas()
             self.checkpoint_manager.update_weights(self.global_steps)
-            if self._async:
+            if pause:
                 self.checkpoint_manager.resume_generation_replicas()
 
     # -- one step -------------------------------------------------------------------------------
@@ -253,6 +287,20 @@ class RlweaveStreamTrainer(PPOTrainer):
                 batch = self._compute_values(batch, metrics=metrics)
         with marked_timer("adv", timing_raw, color="brown"):
             return self._compute_advantage(batch, metrics=metrics)
+
+
+def _check_standalone_pool(config: Any) -> None:
+    """What a standalone rollout pool needs, checked before verl starts any worker."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.nnodes < 1 or rollout.n_gpus_per_node < 1:
+        raise ValueError(f"rlweave stream with actor_rollout_ref.hybrid_engine=False runs rollout on its own devices: "
+                         f"set actor_rollout_ref.rollout.nnodes and n_gpus_per_node >= 1 (got {rollout.nnodes} "
+                         f"and {rollout.n_gpus_per_node})")
+    if rollout.checkpoint_engine.backend == "naive":
+        raise ValueError("rlweave stream with actor_rollout_ref.hybrid_engine=False pushes weights to other devices, "
+                         "which verl's 'naive' checkpoint engine cannot: set actor_rollout_ref.rollout.checkpoint_engine."
+                         "backend (on CPU: backend=gloo and custom_backend_module="
+                         "rlweave.adapters.verl.gloo_checkpoint_engine)")
 
 
 def _prompt_chars(batch: Any, i: int) -> int:
