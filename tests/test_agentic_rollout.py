@@ -224,3 +224,16 @@ def test_simulated_tail_switch_keeps_every_trajectory() -> None:
                       tail=TailParallelism(merge=2, speedup=4.0, switch_s=0.0))
     assert result.tail_switch_s is not None
     assert set(result.finish_s) == {t.id for t in workload}
+
+
+def test_regimes_bench_bounds_every_policy_and_names_a_missing_cost_model(tmp_path) -> None:
+    from rlweave.benchmarks.agentic_regimes import Regime, measured_cost, simulate_regime
+
+    ratios = simulate_regime(Regime("small", prompts=4, group=2), COST, instances=2, seed=0)
+    assert set(ratios) == {"verl", "rlweave", "oracle", "oracle_preemptive"}
+    assert all(r >= 0.999 for r in ratios.values())  # nothing beats the lower bound
+    (tmp_path / "agentic.json").write_text(json.dumps({"details": {"cost_model": {
+        "base_s": 0.004, "per_seq_s": 0.0, "slots": 4, "prefill_s_per_token": 3e-5}}}))
+    assert measured_cost(str(tmp_path / "agentic.json")).base_s == 0.004
+    with pytest.raises(SystemExit, match="run `rlweave bench agentic` first"):
+        measured_cost(str(tmp_path / "missing.json"))
