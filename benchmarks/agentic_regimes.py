@@ -26,7 +26,7 @@ from rich.progress import track
 
 from rlweave.benchmarks import BenchResult
 from rlweave.benchmarks.agentic import OracleOrchestrator, _orchestrator, previous_step
-from rlweave.benchmarks.agentic_sim import serial_time, simulate
+from rlweave.benchmarks.agentic_sim import lower_bound, simulate
 from rlweave.benchmarks.agentic_workload import synthetic
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
 
@@ -82,8 +82,7 @@ def simulate_regime(regime: Regime, cost: EngineCostModel, instances: int, seed:
     c = replace(cost, slots=regime.slots, per_seq_s=per_seq)
     work = synthetic(seed, regime.prompts, regime.group, tool_median_s=regime.tool_median_s)
     history = previous_step(seed, regime.prompts, regime.group)
-    lower = max(max(serial_time(t, c) for t in work),
-                sum(t.tokens for t in work) * c.iteration_s(c.slots) / (c.slots * instances))
+    lower = lower_bound(work, instances, c)
     runs = {
         "verl": simulate(work, instances, c, seed=seed),
         "rlweave": simulate(work, instances, c, placement="heddle", queue="priority",

@@ -234,3 +234,15 @@ def serial_time(t: Trajectory, cost: EngineCostModel) -> float:
     """A trajectory alone on an idle engine: the makespan can never beat the longest of these."""
     prefill = sum(t.context_before(i) for i in range(len(t.turn_tokens)))
     return t.tokens * cost.iteration_s(1) + sum(t.tool_s) + prefill * cost.prefill_s_per_token
+
+
+def throughput_time(trajectories: list[Trajectory], instances: int, cost: EngineCostModel) -> float:
+    """Every token decoded in full batches on every instance: no schedule finishes sooner."""
+    return (sum(t.tokens for t in trajectories) * cost.iteration_s(cost.slots)
+            / (cost.slots * instances))
+
+
+def lower_bound(trajectories: list[Trajectory], instances: int, cost: EngineCostModel) -> float:
+    """The makespan lower bound: the longest trajectory alone, or the batch's throughput time."""
+    return max(max(serial_time(t, cost) for t in trajectories),
+               throughput_time(trajectories, instances, cost))

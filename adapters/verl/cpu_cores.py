@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 PIN_ENV = "RLWEAVE_CPU_PIN_DEVICES"
 VLLM_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
@@ -44,8 +45,6 @@ def device_cores(device_ids: list[str], cores: int) -> list[int]:
 def pin_process(cores: list[int]) -> None:
     """Run every thread of this process (and those it starts later) on ``cores``; torch, if
     loaded, on one thread per core."""
-    import sys
-
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cores)

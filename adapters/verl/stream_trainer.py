@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
+from verl.checkpoint_engine import CheckpointEngineManager
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
-from verl.checkpoint_engine import CheckpointEngineManager
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
