@@ -65,8 +65,11 @@ class StreamGenerationConfig(PluginSection):
 
     ``mode``: ``on_policy`` (every trained sample was generated with the weights the step
     started from) or ``async`` (at most ``max_staleness`` weight versions old; generation goes
-    on while the trainer trains). ``skewness_dispatch``: start the prompts the length ranker
-    predicts longest first, once it has learned from ``ranker_min_samples`` finished samples;
+    on while the trainer trains). ``skewness_dispatch``: order each batch's prompts by the
+    length ranker's prediction, once it has learned from ``ranker_min_samples`` finished
+    samples: on-policy, the predicted-longest ``long_tail_fraction`` of the batch first and the
+    rest shortest first (the trainer consumes this batch as it streams, so early finishes
+    shorten the step); async, longest first (only the batch's makespan matters).
     ``ranker_decay`` discounts older samples per new one (1 = keep all equally). ``poll_s``:
     how often finished groups are looked for (verl's own replay buffer polls every 2 s).
     """
@@ -79,6 +82,7 @@ class StreamGenerationConfig(PluginSection):
     skewness_dispatch: bool = True
     ranker_min_samples: int = 32
     ranker_decay: float = 1.0
+    long_tail_fraction: float = 0.125
     poll_s: float = 0.05
 
     def finalize(self) -> None:
@@ -90,6 +94,8 @@ class StreamGenerationConfig(PluginSection):
              ">= 1 (staleness 0 is mode=on_policy)"),
             ("ranker_min_samples", self.ranker_min_samples, self.ranker_min_samples >= 1, ">= 1"),
             ("ranker_decay", self.ranker_decay, 0 < self.ranker_decay <= 1, "in (0, 1]"),
+            ("long_tail_fraction", self.long_tail_fraction, 0 < self.long_tail_fraction <= 1,
+             "in (0, 1] (1: the whole batch longest first)"),
             ("poll_s", self.poll_s, 0 < self.poll_s <= 10, "in (0, 10] seconds"),
         ):
             if not ok:

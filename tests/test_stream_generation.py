@@ -308,6 +308,8 @@ def test_config_validates_options() -> None:
         build_config([Setting("stream_generation.max_staleness", 0, "test")])
     with pytest.raises(ConfigError, match="ranker_decay'; allowed: in \\(0, 1\\]"):
         build_config([Setting("stream_generation.ranker_decay", 1.5, "test")])
+    with pytest.raises(ConfigError, match="long_tail_fraction'; allowed: in \\(0, 1\\]"):
+        build_config([Setting("stream_generation.long_tail_fraction", 0, "test")])
     with pytest.raises(ConfigError, match="poll_s'; allowed: in \\(0, 10\\] seconds"):
         build_config([Setting("stream_generation.poll_s", 0, "test")])
     assert build_config([Setting("stream_generation.enable", True, "test")]).stream_generation.enable

@@ -10,7 +10,7 @@ import pytest
 
 from rlweave.config import Setting, build_config
 from rlweave.host import PLUGIN_MODULES_ENV, build_plugin_manager
-from rlweave.plugins.stream_generation.ranker import LengthRanker, kendall_tau
+from rlweave.plugins.stream_generation.ranker import LengthRanker, kendall_tau, tail_first_order
 from rlweave.types import PromptInfo, SampleRecord
 
 GROUP = 4  # samples per prompt
@@ -107,14 +107,28 @@ def test_dispatch_order_waits_for_min_samples_and_counts_unknown_groups() -> Non
     assert ranker.unmatched == 2
 
 
-def test_dispatch_hook_puts_the_predicted_tail_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tail_first_order_starts_the_tail_then_the_shortest() -> None:
+    scores = np.array([3.0, 9.0, 1.0, 7.0, 2.0, 5.0, 4.0, 8.0])
+    assert tail_first_order(scores, 0.125).tolist() == [1, 2, 4, 0, 6, 5, 3, 7]  # 9, then 1 2 3 4 5 7 8
+    assert tail_first_order(scores, 0.25).tolist() == [1, 7, 2, 4, 0, 6, 5, 3]  # 9 8, then 1 2 3 4 5 7
+    assert tail_first_order(scores, 1.0).tolist() == [1, 7, 3, 5, 6, 0, 4, 2]  # all longest first
+    assert tail_first_order(scores[:2], 0.01).tolist() == [1, 0]  # at least one prompt in the tail
+    assert tail_first_order(np.array([2.0, 2.0, 1.0, 2.0]), 0.25).tolist() == [0, 2, 1, 3]  # ties: given order
+    with pytest.raises(ValueError, match="long_tail_fraction must be in"):
+        tail_first_order(scores, 0.0)
+
+
+@pytest.mark.parametrize("mode", ["on_policy", "async"])
+def test_dispatch_hook_puts_the_predicted_tail_first(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     """The plugin's hooks as the adapter will call them (registered through the development
-    door, because the section is not available yet)."""
+    door, because the section is not available yet). Async: the batch longest first;
+    on-policy: the predicted-longest eighth first, then the rest shortest first."""
     monkeypatch.setenv(PLUGIN_MODULES_ENV, "rlweave.plugins.stream_generation.plugin")
     monkeypatch.setenv("RLWEAVE_LOAD_PLUGINS", "")
     rng = np.random.default_rng(3)
     for skewness_dispatch in (True, False):
         config = build_config([Setting("stream_generation.ranker_min_samples", 40, "test"),
+                               Setting("stream_generation.mode", mode, "test"),
                                Setting("stream_generation.skewness_dispatch", skewness_dispatch, "test")])
         hook = build_plugin_manager(config).hook
         prompts, lengths = synthetic_prompts(rng, 10)
@@ -130,4 +144,9 @@ def test_dispatch_hook_puts_the_predicted_tail_first(monkeypatch: pytest.MonkeyP
             continue
         assert sorted(order) == sorted(p.prompt_id for p in batch)
         by_id = dict(zip((p.prompt_id for p in batch), batch_lengths.mean(axis=1)))
-        assert kendall_tau(-np.arange(50), [by_id[i] for i in order]) > 0.3
+        if mode == "async":
+            assert kendall_tau(-np.arange(50), [by_id[i] for i in order]) > 0.3
+        else:  # the 6 predicted longest (of 50), then the other 44 shortest first
+            tail, rest = [by_id[i] for i in order[:6]], [by_id[i] for i in order[6:]]
+            assert np.mean(tail) > 1.5 * np.mean(rest)
+            assert kendall_tau(np.arange(44), rest) > 0.3

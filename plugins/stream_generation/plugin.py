@@ -16,6 +16,7 @@ from rlweave.types import PromptInfo, SampleRecord
 
 ranker: LengthRanker | None = None
 skewness_dispatch = True
+long_tail_fraction = 1.0
 
 
 def _ranker() -> LengthRanker:
@@ -26,19 +27,23 @@ def _ranker() -> LengthRanker:
 
 @hookimpl
 def rlweave_configure(config: RlweaveConfig) -> None:
-    global ranker, skewness_dispatch
+    global ranker, skewness_dispatch, long_tail_fraction
     c = config.stream_generation
     ranker = LengthRanker(decay=c.ranker_decay, min_samples=c.ranker_min_samples)
     skewness_dispatch = c.skewness_dispatch
+    # On-policy, the trainer consumes this very batch as it streams; async, it takes it a step
+    # later, when only the batch's makespan matters.
+    long_tail_fraction = c.long_tail_fraction if c.mode == "on_policy" else 1.0
 
 
 @hookimpl
 def rlweave_dispatch_order(prompts: Sequence[PromptInfo]) -> list[str] | None:
-    """Predicted long tail first; ``None`` (the framework's order) while the ranker is still
-    learning, or with ``skewness_dispatch=false`` (it keeps learning, for the ablation)."""
+    """Predicted long tail first, then (on-policy) the rest shortest first; ``None`` (the
+    framework's order) while the ranker is still learning, or with ``skewness_dispatch=false``
+    (it keeps learning, for the ablation)."""
     r = _ranker()
     r.remember(prompts)
-    return r.dispatch_order(prompts) if skewness_dispatch else None
+    return r.dispatch_order(prompts, long_tail_fraction) if skewness_dispatch else None
 
 
 @hookimpl

@@ -119,10 +119,29 @@ class LengthRanker:
             self._w = np.linalg.solve(self._a + self.l2 * np.eye(self.dim), self._b)
         return np.array([self.featurize(p) @ self._w for p in prompts])
 
-    def dispatch_order(self, prompts: Sequence[PromptInfo]) -> list[str] | None:
-        """Skewness-aware dispatch: prompt ids, predicted longest first (ties keep the given
-        order). ``None`` until the ranker has seen ``min_samples`` samples."""
+    def dispatch_order(self, prompts: Sequence[PromptInfo], long_tail_fraction: float = 1.0) -> list[str] | None:
+        """Skewness-aware dispatch: prompt ids in :func:`tail_first_order` of the predicted
+        lengths. ``None`` until the ranker has seen ``min_samples`` samples."""
         if not self.ready or not prompts:
             return None
-        scores = self.predict(prompts)
-        return [prompts[i].prompt_id for i in np.argsort(-scores, kind="stable")]
+        order = tail_first_order(self.predict(prompts), long_tail_fraction)
+        return [prompts[i].prompt_id for i in order]
+
+
+def tail_first_order(scores: np.ndarray, long_tail_fraction: float) -> np.ndarray:
+    """Dispatch order of a batch from predicted lengths: the predicted-longest
+    ``long_tail_fraction`` of it (at least one) first, longest first; then the rest shortest
+    first. Ties keep the given order.
+
+    The tail starts at once, so it overlaps the rest instead of trailing it (the skewness
+    bubble). The rest go shortest first because a trainer that consumes the stream is a second
+    stage after generation, and a two-stage flow shop finishes soonest when the first stage
+    releases short jobs first (Johnson's rule): the trainer gets work early. With fraction 1
+    the whole batch goes longest first, which only minimises the batch's makespan.
+    """
+    if not 0 < long_tail_fraction <= 1:
+        raise ValueError(f"long_tail_fraction must be in (0, 1], got {long_tail_fraction}")
+    longest_first = np.argsort(-np.asarray(scores), kind="stable")
+    tail = max(1, int(round(long_tail_fraction * len(longest_first))))
+    rest = longest_first[tail:]
+    return np.concatenate([longest_first[:tail], rest[np.argsort(np.asarray(scores)[rest], kind="stable")]])
