@@ -24,10 +24,13 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
 - ``on_policy`` (stream): whenever the trainer is free it takes every complete group, in whole
   mini-batches of ``minibatch_groups`` (a dynamic batch; at least one mini-batch, waiting for
   it), and prepares it; the optimizer steps, ``deferred_share`` of the training time, wait for
-  the step's last group (they must not change the weights that generate the rest):
+  the step's last group when the trainer recomputes the old log-probs (after a step it no
+  longer holds the generating weights); with the rollout's log-probs they stream with the rest
+  and ``deferred_share`` is 0:
   ``end of the last preparation + deferred training + weight_sync_s``.
-- ``async`` (staleness 1): generation of the next step overlaps training of this one; engines
-  pause only to load weights: ``max(T_gen + weight_sync_s, T_train)``.
+- ``async`` (staleness 1): generation of the next step overlaps training of this one; the
+  weight push stops both, the engines loading what the trainer sends:
+  ``max(T_gen, T_train) + weight_sync_s``.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -233,7 +236,7 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         step = (_stream_preparation(np.sort(done), workload.minibatch_groups, (1 - deferred) * group_size / rate)
                 + deferred * t_train + workload.weight_sync_s)
     else:
-        step = max(t_gen + workload.weight_sync_s, t_train)
+        step = max(t_gen, t_train) + workload.weight_sync_s
     devices = {}
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
