@@ -189,8 +189,10 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setu
         for key, value in m.items():
             if key.startswith("rlweave/stream/staleness_") and key[-1].isdigit():
                 staleness[int(key.rsplit("_", 1)[1])] += int(value)
+    dispatch_s, delivery_s = step_latencies(spans)
     return {"step_s": step_s, "samples_per_s": setup.samples / step_s,
             "verl_step_s": statistics.mean(m["timing_s/step"] for m in steady),
+            "dispatch_s": dispatch_s, "delivery_s": delivery_s,
             "stage_s": {st: statistics.mean(m.get(f"timing_s/{st}", 0.0) for m in steady)
                         for st in (*TRAIN_STAGES, "gen", "update_weights")},
             "idle": idle_fractions(spans), "staleness": dict(sorted(staleness.items())),
@@ -202,13 +204,13 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setu
 
 def steady_spans(events: list[dict]) -> list[dict]:
     """Engine iterations and the actor's stages between the end of step 1 and the end of the
-    last step, clipped to that window, times relative to its start; plus two zero-length
-    ``window`` marks at its ends."""
+    last step, clipped to that window, times relative to its start; plus a zero-length
+    ``window`` mark at each step's end."""
     ends = sorted(e["ts"] for e in events if e["name"] == "step_end")
     if len(ends) < 2:
         return []
     t0, t1 = ends[0], ends[-1]
-    spans = [{"name": "window", "ph": "X", "ts": t, "dur": 0.0, "worker": "window"} for t in (0.0, t1 - t0)]
+    spans = [{"name": "window", "ph": "X", "ts": t - t0, "dur": 0.0, "worker": "window"} for t in ends]
     for e in events:
         if e["ph"] != "X" or not (e["name"] == "iteration" or e.get("worker") == "actor"):
             continue
@@ -218,6 +220,28 @@ def steady_spans(events: list[dict]) -> list[dict]:
             spans.append({"name": e["name"], "ph": "X", "ts": start - t0, "dur": end - start, "worker": worker,
                           "args": e.get("args", {})})
     return spans
+
+
+def step_latencies(spans: list[dict]) -> tuple[float, float]:
+    """Medians over the steady steps of (dispatch, delivery): from a step's end to the engine's
+    first iteration after it (submitting the next prompts until the engine runs them; 0 where
+    the engine is already running then), and from the last iteration before the next step's
+    end to the actor's first stage after that iteration (the trainer receiving the tail)."""
+    marks = sorted(e["ts"] for e in spans if e["worker"] == "window")
+    iterations = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e["name"] == "iteration")
+    actor = sorted(e["ts"] for e in spans if e["worker"] == "actor")
+    dispatch, delivery = [], []
+    for start, end in zip(marks, marks[1:], strict=False):
+        within = [it for it in iterations if start - 1e-3 <= it[0] < end]
+        if not within:
+            continue
+        running_at_start = any(s < start < e for s, e in iterations)
+        dispatch.append(0.0 if running_at_start else (within[0][0] - start) / 1e6)
+        last = max(e for _, e in within)
+        after = [t for t in actor if last <= t < end]
+        if after:
+            delivery.append((after[0] - last) / 1e6)
+    return (statistics.median(dispatch) if dispatch else 0.0, statistics.median(delivery) if delivery else 0.0)
 
 
 def idle_fractions(spans: list[dict]) -> dict[str, float]:
@@ -258,6 +282,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     training instance on a 2-device pool. The engine profile is the verl sync run's; training
     is the verl sync run's for the colocated runs and the disaggregated on-policy run's (its
     trainer alone on one core) for the disaggregated ones."""
+    from rlweave.config import StreamGenerationConfig
     from rlweave.plugins.stream_generation.planner import (
         HardwarePool,
         PlanMode,
@@ -267,6 +292,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         predict,
         simulate_generation,
     )
+    from rlweave.plugins.stream_generation.ranker import tail_first_order
 
     generation = engine_profile(sync_spans, setup.slots)
     rng = np.random.default_rng(seed)
@@ -285,37 +311,49 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         return (HardwarePool("cpu", devices=2, generation=generation, training=training), train_s,
                 run["stage_s"]["update_weights"])
 
-    def batch(prompt_lengths: np.ndarray, longest_first: bool, weight_sync_s: float) -> Workload:
-        order = np.sort(prompt_lengths)[::-1] if longest_first else prompt_lengths
-        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s)
+    # The framework's latencies around generation, as verl's loop has them with rlweave's poll.
+    latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
+    dispatch_s, delivery_s = latencies["dispatch_s"], latencies["delivery_s"]
+
+    def batch(prompt_lengths: np.ndarray, mode: PlanMode, weight_sync_s: float) -> Workload:
+        """A step's groups in the order they are dispatched: verl's own for its loop, and
+        rlweave's skewness-aware order (:func:`tail_first_order`) by the true lengths (the ranker
+        knows a prompt's length once it has seen the prompt) for its modes."""
+        if mode is PlanMode.COLOCATED:
+            order = prompt_lengths
+        else:
+            fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
+            order = prompt_lengths[tail_first_order(prompt_lengths, fraction)]
+        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s,
+                        dispatch_s, delivery_s)
 
     pool, train_s, weight_sync_s = pool_of(runs["verl sync"])
-    cases = [(pool, weight_sync_s, label, mode, longest_first) for label, mode, longest_first in (
-        ("verl sync, 50 ms poll", PlanMode.COLOCATED, False), ("rlweave on-policy", PlanMode.ON_POLICY, True),
-        ("rlweave async k=1", PlanMode.ASYNC, True))]
+    cases = [(pool, weight_sync_s, label, mode) for label, mode in (
+        ("verl sync, 50 ms poll", PlanMode.COLOCATED), ("rlweave on-policy", PlanMode.ON_POLICY),
+        ("rlweave async k=1", PlanMode.ASYNC))]
     if ONPOLICY_DISAGG in runs:
         disaggregated, _, disaggregated_sync_s = pool_of(runs[ONPOLICY_DISAGG])
-        cases += [(disaggregated, disaggregated_sync_s, ONPOLICY_DISAGG, PlanMode.ON_POLICY, True),
-                  (disaggregated, disaggregated_sync_s, ASYNC_DISAGG, PlanMode.ASYNC, True)]
+        cases += [(disaggregated, disaggregated_sync_s, ONPOLICY_DISAGG, PlanMode.ON_POLICY),
+                  (disaggregated, disaggregated_sync_s, ASYNC_DISAGG, PlanMode.ASYNC)]
     if ONPOLICY_PIPELINED in runs:
         pipelined, _, pipelined_sync_s = pool_of(runs[ONPOLICY_PIPELINED], streamed_updates=True)
-        cases += [(pipelined, pipelined_sync_s, ONPOLICY_PIPELINED, PlanMode.ON_POLICY, True),
-                  (pipelined, pipelined_sync_s, ASYNC_PIPELINED, PlanMode.ASYNC, True)]
+        cases += [(pipelined, pipelined_sync_s, ONPOLICY_PIPELINED, PlanMode.ON_POLICY),
+                  (pipelined, pipelined_sync_s, ASYNC_PIPELINED, PlanMode.ASYNC)]
     cases = [case for case in cases if case[2] in runs]
     predicted = {}
-    for case_pool, sync_s, label, mode, longest_first in cases:
-        steps = [predict([case_pool], batch(d, longest_first, sync_s), mode, {"cpu": 1}, {"cpu": 1}).step_s
-                 for d in draws]
+    for case_pool, sync_s, label, mode in cases:
+        steps = [predict([case_pool], batch(d, mode, sync_s), mode, {"cpu": 1}, {"cpu": 1}).step_s for d in draws]
         predicted[label] = statistics.mean(steps)
-    gen_alone = statistics.mean(float(simulate_generation(batch(d, True, 0.0).lengths, [generation])[0].max())
-                                for d in draws)
-    chosen = plan([pool], batch(draws[0], True, weight_sync_s), PlanMode.ASYNC)
+    gen_alone = statistics.mean(float(simulate_generation(batch(d, PlanMode.ASYNC, 0.0).lengths,
+                                                          [generation])[0].max()) for d in draws)
+    chosen = plan([pool], batch(draws[0], PlanMode.ASYNC, weight_sync_s), PlanMode.ASYNC)
     bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
     if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
         bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, pool_of(runs[SYNC_ROLLOUT_LP])[1])
     return {"predicted_step_s": predicted,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
+            "dispatch_s": dispatch_s, "delivery_s": delivery_s,
             "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
             "plan": chosen.describe()}
 

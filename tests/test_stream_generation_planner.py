@@ -101,6 +101,21 @@ def test_step_model_of_each_mode() -> None:
     assert on_policy.generation_idle == pytest.approx(1 - 4 / 4.75)
 
 
+def test_measured_latencies_delay_when_groups_reach_the_trainer() -> None:
+    """Dispatch (submit to first token) and delivery (last token to the trainer) shift every
+    group's arrival; async hides delivery behind the next step and pays dispatch only where
+    generation is the longer stage."""
+    pools = [HardwarePool("p", 2, constant_rate(cap=8), TrainingProfile(0.5))]
+    work = Workload(np.array([[1.0], [2], [3], [4]]), minibatch_groups=1, weight_sync_s=0.25,
+                    dispatch_s=0.5, delivery_s=0.25)
+    split = dict(generation={"p": 1}, training={"p": 1})
+    assert predict(pools, work, PlanMode.ON_POLICY, **split).step_s == pytest.approx(4.5 + 0.75 + 0.25)
+    assert predict(pools, work, PlanMode.COLOCATED, **split).step_s == pytest.approx(0.75 + 4 + 2 + 0.25)
+    assert predict(pools, work, PlanMode.ASYNC, **split).step_s == pytest.approx(4.5 + 0.25)
+    with pytest.raises(ValueError, match="dispatch_s"):
+        Workload(np.array([[1.0]]), minibatch_groups=1, dispatch_s=-1.0)
+
+
 def test_planner_balances_the_stages_on_one_pool() -> None:
     """Equal lengths, 8 slots per engine: generation takes 10 s per wave of 8 groups, training
     1 s per sample per instance. Eight engines finish in one wave (10 s) and leave eight

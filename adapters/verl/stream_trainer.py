@@ -63,6 +63,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
 from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
+from verl.utils.skip import SkipManager
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 
 from rlweave.config import StreamGenerationConfig
@@ -259,10 +260,12 @@ class RlweaveStreamTrainer(PPOTrainer):
         """Submit the next step's batch as soon as the new weights are in the engines, instead
         of after verl has computed and logged this step's metrics: the engines start on it
         meanwhile. It is tagged with the next step, as if the next step had submitted it.
-        Not before a validation, whose generation must not share the engines with it."""
+        Not before a validation, whose generation must not share the engines with it, nor with
+        verl's rollout skip on, which files submissions under the step verl is at."""
         trainer = self.config.trainer
         validates = trainer.test_freq > 0 and self.global_steps % trainer.test_freq == 0
-        if self.global_steps >= self.total_training_steps or validates:
+        skip = SkipManager.skip_instances.get("rollout_tq")
+        if self.global_steps >= self.total_training_steps or validates or (skip and skip.is_enabled()):
             return
         self.global_steps += 1
         try:

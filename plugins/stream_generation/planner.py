@@ -20,17 +20,18 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
 - **Training** runs data-parallel over the training instances at ``sum(1 / seconds_per_sample)``
   samples/s.
 - ``colocated`` (verl's synchronous loop): every device generates, then every device trains:
-  ``T_gen + T_train + weight_sync_s``.
+  ``dispatch_s + T_gen + delivery_s + T_train + weight_sync_s``.
 - ``on_policy`` (stream): whenever the trainer is free it takes every complete group, in whole
   mini-batches of ``minibatch_groups`` (a dynamic batch; at least one mini-batch, waiting for
-  it), and prepares it; the optimizer steps, ``deferred_share`` of the training time, wait for
+  it; groups are ready ``dispatch_s + delivery_s`` after their simulated completion), and
+  prepares it; the optimizer steps, ``deferred_share`` of the training time, wait for
   the step's last group when the trainer recomputes the old log-probs (after a step it no
   longer holds the generating weights); with the rollout's log-probs they stream with the rest
   and ``deferred_share`` is 0:
   ``end of the last preparation + deferred training + weight_sync_s``.
 - ``async`` (staleness 1): generation of the next step overlaps training of this one; the
   weight push stops both, the engines loading what the trainer sends:
-  ``max(T_gen, T_train) + weight_sync_s``.
+  ``max(dispatch_s + T_gen, T_train) + weight_sync_s``.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -111,20 +112,26 @@ class HardwarePool:
 class Workload:
     """One training step: ``lengths`` [groups, group_size] output tokens in dispatch order;
     the trainer takes ``minibatch_groups`` groups per mini-batch; ``weight_sync_s`` publishes
-    new weights to the engines."""
+    new weights to the engines. ``dispatch_s``: from the step's start until the engines run
+    its prompts (the framework submitting them); ``delivery_s``: from a group's last token until
+    the trainer holds it (the framework storing and announcing it). Both are measured, not
+    modelled."""
 
     lengths: np.ndarray
     minibatch_groups: int
     weight_sync_s: float = 0.0
+    dispatch_s: float = 0.0
+    delivery_s: float = 0.0
 
     def __post_init__(self) -> None:
         lengths = np.asarray(self.lengths)
         if lengths.ndim != 2 or lengths.size == 0 or np.any(lengths < 1):
             raise ValueError(f"Workload.lengths must be [groups, group_size] of positive token counts, "
                              f"got shape {lengths.shape}")
-        if self.minibatch_groups < 1 or self.weight_sync_s < 0:
-            raise ValueError(f"minibatch_groups ({self.minibatch_groups}) must be >= 1 and weight_sync_s "
-                             f"({self.weight_sync_s}) >= 0")
+        if self.minibatch_groups < 1 or min(self.weight_sync_s, self.dispatch_s, self.delivery_s) < 0:
+            raise ValueError(f"minibatch_groups ({self.minibatch_groups}) must be >= 1, and weight_sync_s "
+                             f"({self.weight_sync_s}), dispatch_s ({self.dispatch_s}) and delivery_s "
+                             f"({self.delivery_s}) >= 0")
 
     @property
     def samples(self) -> int:
@@ -229,14 +236,16 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
     done, busy = simulate_generation(lengths, engines)
     group_size = lengths.shape[1]
     t_gen, t_train = float(done.max()), workload.samples / rate
+    latency = workload.dispatch_s + workload.delivery_s
     if mode is PlanMode.COLOCATED:
-        step = t_gen + t_train + workload.weight_sync_s
+        step = latency + t_gen + t_train + workload.weight_sync_s
     elif mode is PlanMode.ON_POLICY:
         deferred = _deferred_share(by_name, training)
-        step = (_stream_preparation(np.sort(done), workload.minibatch_groups, (1 - deferred) * group_size / rate)
+        step = (_stream_preparation(np.sort(done) + latency, workload.minibatch_groups,
+                                    (1 - deferred) * group_size / rate)
                 + deferred * t_train + workload.weight_sync_s)
     else:
-        step = max(t_gen, t_train) + workload.weight_sync_s
+        step = max(workload.dispatch_s + t_gen, t_train) + workload.weight_sync_s
     devices = {}
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
