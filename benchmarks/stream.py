@@ -122,6 +122,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", type=int, default=8, help="the engine's max_num_seqs (contended regime)")
     parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is start-up)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--run", action="append", choices=list(RUNS), metavar="LABEL",
+                        help="only this run (repeatable; verl sync always runs, as the baseline and the "
+                             f"profile): one of {'; '.join(RUNS)}")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per verl run")
 
 
@@ -153,7 +156,8 @@ def run(args: argparse.Namespace) -> BenchResult:
     if len(lengths) < args.prompts:
         raise SystemExit(f"--lengths has {len(lengths)} prompts, fewer than --prompts={args.prompts}")
     setup = Setup(args.prompts, args.group, args.minibatch, args.slots, max(lengths))
-    labels = [k for k in RUNS if not args.quick or k in QUICK]
+    chosen = {"verl sync", *args.run} if args.run else set(QUICK) if args.quick else set(RUNS)
+    labels = [k for k in RUNS if k in chosen]
     runs: dict[str, dict[str, Any]] = {}
     timelines: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -358,6 +362,10 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
             "plan": chosen.describe()}
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], setup: Setup,
            args: argparse.Namespace) -> BenchResult:
     base = runs["verl sync"]["samples_per_s"]
@@ -366,20 +374,25 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     verl_async = [r["samples_per_s"] for k, r in runs.items() if k.startswith(("verl colocate_async",
                                                                                   "verl separate_async"))
                   and not k.endswith("rollout log-probs")]
-    rl_async = runs["rlweave async k=1"]
+
+    def ratio(label: str, other: float | None) -> float | None:
+        """samples/s of run ``label`` over ``other``; None where either did not run."""
+        return round(runs[label]["samples_per_s"] / other, 3) if label in runs and other else None
+
+    fast_poll = runs.get("verl sync, 50 ms poll", {}).get("samples_per_s")
+    rl_async = runs.get("rlweave async k=1")
     headline = {
-        "onpolicy_speedup": round(runs["rlweave on-policy"]["samples_per_s"] / base, 3),
-        "async_speedup": round(rl_async["samples_per_s"] / base, 3),
-        "onpolicy_speedup_vs_fast_poll": round(runs["rlweave on-policy"]["samples_per_s"]
-                                               / runs["verl sync, 50 ms poll"]["samples_per_s"], 3),
-        "async_vs_verl_async": round(rl_async["samples_per_s"] / max(verl_async), 3) if verl_async else None,
+        "onpolicy_speedup": ratio("rlweave on-policy", base),
+        "async_speedup": ratio("rlweave async k=1", base),
+        "onpolicy_speedup_vs_fast_poll": ratio("rlweave on-policy", fast_poll),
+        "async_vs_verl_async": ratio("rlweave async k=1", max(verl_async, default=None)),
         "lower_bound_speedup": round(runs["verl sync"]["step_s"] / lower, 3),
         "lower_bound_speedup_rollout_log_probs": (round(runs["verl sync"]["step_s"]
                                                         / check["lower_bound_step_s_rollout_log_probs"], 3)
                                                   if "lower_bound_step_s_rollout_log_probs" in check else None),
-        "max_idle_fraction": max(rl_async["idle"].values(), default=None),
-        "planner_error": round(check["error"]["rlweave on-policy"], 3),
-        "planner_error_async": round(check["error"]["rlweave async k=1"], 3),
+        "max_idle_fraction": max(rl_async["idle"].values(), default=None) if rl_async else None,
+        "planner_error": _rounded(check["error"].get("rlweave on-policy")),
+        "planner_error_async": _rounded(check["error"].get("rlweave async k=1")),
     }
     if ONPOLICY_DISAGG in runs and ASYNC_DISAGG in runs:
         disaggregated = (runs[ONPOLICY_DISAGG], runs[ASYNC_DISAGG])

@@ -28,6 +28,7 @@ per-call cost of verl's workers down; small ones when it is behind keep the trai
   never waits for the trainer. At the step's end requests in flight are paused (verl's partial
   rollout), weights are pushed, and generation resumes. A group whose generation started more
   than ``max_staleness`` versions ago is dropped and replaced (verl's off-policy ``drop``).
+  The optimizer steps stream or wait by the same rule as on-policy.
 
 The data plane is verl's own TransferQueue: the agent-loop workers write each trajectory there
 and tag its group ``finished``; :class:`StreamReplayBuffer` only watches the tags (every
@@ -286,6 +287,7 @@ class RlweaveStreamTrainer(PPOTrainer):
         if not self._next_batch_submitted:
             self._add_batch_to_generate()
         self._next_batch_submitted = False
+        last_taken = time.perf_counter()
         aggregator = MetricsAggregator()
         keys: list[str] = []
         tags: list[dict] = []
