@@ -58,12 +58,16 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
         assert m["rlweave/stream/streamed_updates"] == m["rlweave/stream/dynamic_batches"] >= 1, step
         assert math.isfinite(m["actor/pg_loss"]) and math.isfinite(m["actor/grad_norm"])
     # The trace: in some step an optimizer step began before that step's last sample was generated.
+    # A step's requests may start before the previous step's end (its batch is submitted right
+    # after the weight push), so they are assigned to steps by when they finish. The server's
+    # last spans can be lost (Ray stops it before its trace buffer is flushed): a step with
+    # none recorded is skipped.
     events = load_events(run.trace_dir)
     ends = [0.0, *sorted(e["ts"] for e in events if e["name"] == "step_end")]
     overlapped = []
     for start, end in zip(ends, ends[1:]):
-        in_step = [e for e in events if e.get("ph") == "X" and start <= e["ts"] < end]
-        last_sample = max(e["ts"] + e["dur"] for e in in_step if e["name"] == "request")
-        first_update = min(e["ts"] for e in in_step if e["name"] == "update_actor")
-        overlapped.append(first_update < last_sample)
+        samples = [e["ts"] + e["dur"] for e in events if e["name"] == "request" and start <= e["ts"] + e["dur"] < end]
+        updates = [e["ts"] for e in events if e["name"] == "update_actor" and start <= e["ts"] < end]
+        if samples and updates:
+            overlapped.append(min(updates) < max(samples))
     assert any(overlapped), overlapped
