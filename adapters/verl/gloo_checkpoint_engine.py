@@ -31,6 +31,13 @@ How one update flows (driven by verl's ``CheckpointEngineManager.update_weights`
    bucket in flight while it fills (sender) or drains (receiver) the other, so memory stays at
    two buckets however large the model is.
 5. ``finalize`` frees the buckets.
+
+Staged updates (:mod:`rlweave.adapters.verl.overlapped_push`): after ``stage_next``, the next
+``send_weights`` puts the weights into Ray's object store and returns at once, with the object's
+reference under :data:`STAGED_KEY`; a rollout worker handed that reference (``receive_staged``)
+yields those weights from its next ``receive_weights``. No collective joins the two sides, so the
+trainer goes on training while the rollout pauses, loads and resumes; the object store carries
+the bytes between nodes as it does every other Ray object.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, AsyncGenerator, AsyncIterable, Iterable
 
+import ray
 import torch
 import torch.distributed as dist
 
@@ -65,6 +73,8 @@ BACKEND = "gloo"
 # Header of every bucket: [metadata bytes, payload bytes, is_last]. A fixed-size tensor, so a
 # receiver can post its broadcast before it knows anything about the bucket.
 _HEADER_FIELDS = 3
+# Where a staged send_weights returns the object-store reference of the weights it staged.
+STAGED_KEY = "rlweave/staged_weights"
 
 Weights = Iterable[tuple[str, torch.Tensor]] | AsyncIterable[tuple[str, torch.Tensor]]
 
@@ -75,13 +85,8 @@ def _node_ip() -> str:
     The store and gloo's sockets must listen on an address the other workers can reach, and the
     one Ray uses between its own nodes is the one known to work.
     """
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address().strip("[]")
-    except ImportError:
-        pass
+    if ray.is_initialized():
+        return ray.util.get_node_ip_address().strip("[]")
     return "127.0.0.1"
 
 
@@ -200,6 +205,8 @@ class GlooCheckpointEngine(CheckpointEngine):
         self._group_key: str | None = None
         self.send_buf: torch.Tensor | None = None
         self.recv_buf: torch.Tensor | None = None
+        self._stage_next = False  # sender: the next send_weights stages instead of broadcasting
+        self._staged: Any = None  # receiver: what the next receive_weights yields instead
 
         # The master's store lives as long as the engine, like the NCCL engine's zmq server:
         # rollout workers connect to it on each rebuild, and it outlives any one group.
@@ -300,6 +307,9 @@ class GlooCheckpointEngine(CheckpointEngine):
         so ``checkpoint_engine/gloo/*`` shows in the console line of every step that synced.
         """
         assert self.rank is not None and self.rank <= 0, "rollout workers do not send weights"
+        if self._stage_next:
+            self._stage_next = False
+            return await self._stage(weights)
         if self.rank < 0:
             async for _ in ensure_async_iterator(weights):
                 pass
@@ -346,14 +356,43 @@ class GlooCheckpointEngine(CheckpointEngine):
     async def receive_weights(
         self, global_steps: int | None = None
     ) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
-        """Yield ``(name, tensor)`` as buckets arrive.
+        """Yield ``(name, tensor)`` as buckets arrive, or the staged weights after ``receive_staged``.
 
         A yielded tensor may be a view into a bucket buffer that the next bucket overwrites, so
         it is valid only until the consumer asks for the next weight; verl's rollout adapters
         copy each weight as they receive it, as they must for the NCCL engine too.
         """
+        if self._staged is not None:
+            staged, self._staged = self._staged, None
+            for name, weight in await staged if isinstance(staged, ray.ObjectRef) else staged:
+                yield name, weight
+            return
         async for name, weight in merge_weight_chunks(self._receive_chunks(), self.bucket_size):
             yield name, weight
+
+    # ---- staged transfer --------------------------------------------------------------------
+
+    def stage_next(self) -> None:
+        """Make this sender's next ``send_weights`` stage the weights instead of broadcasting."""
+        self._stage_next = True
+
+    def receive_staged(self, staged: Any) -> None:
+        """Make this receiver's next ``receive_weights`` yield ``staged``: the ``(name, tensor)``
+        list a staged ``send_weights`` put in the object store, or its reference."""
+        self._staged = staged
+
+    async def _stage(self, weights: Weights) -> dict[str, Any]:
+        """Put ``weights`` into the object store (a copy: the trainer may step right after)."""
+        if self.rank != 0:  # the other actor ranks only take part in the weights' gathers
+            async for _ in ensure_async_iterator(weights):
+                pass
+            return {}
+        start = time.perf_counter()
+        named = [(name, tensor.detach().cpu()) async for name, tensor in ensure_async_iterator(weights)]
+        staged = ray.put(named)
+        seconds = time.perf_counter() - start
+        total = float(sum(t.numel() * t.element_size() for _, t in named))
+        return {STAGED_KEY: staged, "checkpoint_engine/gloo/stage_s": seconds, "checkpoint_engine/gloo/bytes": total}
 
     async def _receive_chunks(self) -> AsyncGenerator[tuple[TensorMeta, torch.Tensor], None]:
         assert self.rank is not None and self.rank > 0, "only rollout workers receive weights"

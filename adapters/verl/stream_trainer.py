@@ -45,7 +45,10 @@ engines are verl's hybrid replicas, colocated with the trainer ranks. With
 (``actor_rollout_ref.rollout.nnodes`` x ``n_gpus_per_node``, as in verl's ``separate_async``),
 and weights reach them through ``actor_rollout_ref.rollout.checkpoint_engine`` (a backend that
 crosses devices, e.g. rlweave's ``gloo`` on CPU), which pauses requests in flight for the push
-and resumes them after.
+and resumes them after. With rlweave's ``gloo`` engine the push overlaps the next step
+(:mod:`rlweave.adapters.verl.overlapped_push`): the trainer waits only until the weights are
+staged and the replicas' gates are closed, submits the next prompts (parked until the new
+weights are in), and trains on while the replicas load them and resume.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,9 +71,11 @@ from verl.utils.debug import marked_timer
 from verl.utils.skip import SkipManager
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 
+from rlweave.adapters.verl.gloo_checkpoint_engine import GlooCheckpointEngine
+from rlweave.adapters.verl.overlapped_push import OverlappedPush
 from rlweave.config import StreamGenerationConfig
 from rlweave.host import get_host
-from rlweave.types import PromptInfo, SampleRecord
+from rlweave.types import PromptInfo, SampleRecord, Stage
 
 TRAINER_MODE = "rlweave_stream"
 METRIC = "rlweave/stream"
@@ -91,8 +97,11 @@ class StreamReplayBuffer(ReplayBufferAsync):
         self._delivered: set[str] = set()  # trajectory keys handed to the trainer
         self.step_stats: Counter[str] = Counter()
         self.staleness: Counter[int] = Counter()
+        # Raises when the groups being waited for can no longer come (a failed weight push).
+        self.health_check: Callable[[], None] = lambda: None
 
     def _sync_metadata_from_transfer_queue(self) -> None:
+        self.health_check()
         super()._sync_metadata_from_transfer_queue()
         new = self.finished_keys["train"] - self._announced
         if not new:
@@ -177,6 +186,7 @@ class RlweaveStreamTrainer(PPOTrainer):
                 raise ValueError(f"rlweave stream: {key}={micro} must divide the {samples} samples of a streamed "
                                  f"mini-batch (ppo_mini_batch_size x rollout.n)")
         self._next_batch_submitted = False  # by the previous step's end (_submit_next_batch_now)
+        self._push: OverlappedPush | None = None  # set up with a standalone pool on rlweave's gloo engine
         waits = _why_updates_wait(self.config)
         self._stream_updates = waits is None
         if waits:
@@ -204,6 +214,14 @@ class RlweaveStreamTrainer(PPOTrainer):
         self.checkpoint_manager = CheckpointEngineManager(
             config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
             actor_wg=self.actor_rollout_wg, replicas=self.llm_server_manager.get_replicas())
+        if issubclass(self.checkpoint_manager.backend_cls, GlooCheckpointEngine):
+            self._push = OverlappedPush(self.checkpoint_manager, around=self._traced_weight_sync)
+            self.replay_buffer.health_check = self._push.raise_if_failed
+
+    def _traced_weight_sync(self, run: Callable[[], Any]) -> Any:
+        """``run`` as a weight-sync stage on the rollout's lane, as verl's own push is traced."""
+        stage = getattr(self, "_rlweave_stage", None)  # rlweave's stage hooks, when installed
+        return stage(Stage.WEIGHT_SYNC, "rollout", run) if stage else run()
 
     def _get_n_gpus_for_throughput(self) -> int:
         """verl's per-device throughput metrics count the standalone rollout devices too."""
@@ -245,7 +263,20 @@ class RlweaveStreamTrainer(PPOTrainer):
     def on_sample_end(self) -> None:
         """The engines keep generating (and keep their memory) while the trainer trains."""
 
+    def on_validate_begin(self) -> None:
+        if self._push is not None:  # validation generates with the newest weights
+            self._push.wait()
+        super().on_validate_begin()
+
     def on_step_end(self) -> None:
+        if self._push is not None:
+            with marked_timer("update_weights", self.timing_raw, color="red"):
+                staged = self._push.stage_and_pause(self.global_steps)
+            self._submit_next_batch_now()  # parked at the replicas until the new weights are in
+            # After the last step verl returns at once: finish the push (and report its errors) first.
+            self._push.load_and_resume(self.global_steps, staged,
+                                       background=self.global_steps < self.total_training_steps)
+            return
         # A standalone pool's checkpoint engine pauses and resumes requests in flight itself;
         # verl's colocated ("naive") one does not.
         pause = self._async and self._enable_hybrid_replicas
@@ -319,6 +350,8 @@ class RlweaveStreamTrainer(PPOTrainer):
         metrics.update(aggregator.get_aggregated_metrics())
         metrics.update(self.replay_buffer.pop_step_metrics())
         metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - last_taken
+        if self._push is not None:  # the previous step's push, which this step overlapped
+            metrics[f"{METRIC}/weight_load_s"] = self._push.background_s
         return batch
 
     def _prepare(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:

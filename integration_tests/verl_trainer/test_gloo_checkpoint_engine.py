@@ -120,3 +120,35 @@ def test_gloo_engine_moves_weights_bit_exact_across_buckets_and_updates():
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
+
+
+@pytest.mark.timeout(120)
+def test_staged_send_hands_the_weights_over_through_the_object_store():
+    """rlweave's overlapped push: the sender stages its weights and returns; a receiver handed
+    the reference yields them bit for bit, even after the trainer changed its own in place."""
+    import ray
+
+    from rlweave.adapters.verl.gloo_checkpoint_engine import STAGED_KEY, GlooCheckpointEngine
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        sender = GlooCheckpointEngine(bucket_size=BUCKET, is_master=True, timeout_s=60, host="127.0.0.1")
+        sender.init_process_group(rank=0, world_size=1, master_metadata=sender.prepare().master, fingerprint="one")
+        live = make_weights(0)
+        sender.stage_next()
+        metrics = asyncio.run(sender.send_weights(iter(live), global_steps=1))
+        for _, tensor in live:  # the trainer's next optimizer step
+            tensor.zero_()
+        receiver = GlooCheckpointEngine(bucket_size=BUCKET, timeout_s=60, host="127.0.0.1")
+        receiver.receive_staged(metrics[STAGED_KEY])
+
+        async def receive() -> list[tuple[str, torch.Tensor]]:
+            return [(name, tensor) async for name, tensor in receiver.receive_weights(1)]
+
+        received = asyncio.run(receive())
+        expected = make_weights(0)
+        assert [name for name, _ in received] == [name for name, _ in expected]
+        assert all(a.dtype == b.dtype and torch.equal(a, b) for (_, a), (_, b) in zip(received, expected))
+        assert metrics["checkpoint_engine/gloo/bytes"] == sum(t.nbytes for _, t in expected)
+    finally:
+        ray.shutdown()
