@@ -1,7 +1,8 @@
 """One span/event recorder for every plugin and adapter, across processes.
 
-Each process buffers its events and appends them, at most every ``FLUSH_INTERVAL_S`` and at
-exit, to ``<dir>/<process>-<pid>.jsonl``; :func:`load_events` merges a directory. Times are
+Each process buffers its events and a daemon thread appends them every ``FLUSH_INTERVAL_S``
+(and at exit) to ``<dir>/<process>-<pid>.jsonl``: a process that Ray kills, which runs no exit
+handler, loses at most the last interval's events; :func:`load_events` merges a directory. Times are
 wall-clock microseconds so processes line up. Exports: Chrome/Perfetto trace JSON and a
 per-worker timeline PNG with each worker's busy and idle (bubble) fractions.
 
@@ -38,7 +39,8 @@ class Tracer:
         self.process_name = "main"
         self._buffer: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._last_flush = time.monotonic()
+        self._write_lock = threading.Lock()  # one flush at a time, so lines never interleave
+        self._flusher: threading.Thread | None = None
         self._atexit_registered = False
 
     def configure(self, directory: str | os.PathLike, process_name: str | None = None) -> None:
@@ -48,6 +50,8 @@ class Tracer:
         if process_name:
             self.process_name = process_name
         self.enabled = True
+        if self._flusher is None:
+            self._start_flusher()
         if not self._atexit_registered:
             atexit.register(self.flush)
             self._atexit_registered = True
@@ -85,24 +89,39 @@ class Tracer:
         event["process"] = self.process_name
         with self._lock:
             self._buffer.append(event)
-        if time.monotonic() - self._last_flush > FLUSH_INTERVAL_S:
+
+    def _start_flusher(self) -> None:
+        self._flusher = threading.Thread(target=self._flush_periodically, name="rlweave-trace-flush", daemon=True)
+        self._flusher.start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (vLLM's engine core may be one) has none of the parent's threads, and
+        its locks may have been taken by one of them at the fork: new locks, a new flusher."""
+        self._lock, self._write_lock = threading.Lock(), threading.Lock()
+        if self._flusher is not None:
+            self._start_flusher()
+
+    def _flush_periodically(self) -> None:
+        while True:
+            time.sleep(FLUSH_INTERVAL_S)
             self.flush()
 
     def flush(self) -> Path | None:
         """Append buffered events to this process's file; returns the file."""
         if self.directory is None:
             return None
-        with self._lock:
-            events, self._buffer = self._buffer, []
-            self._last_flush = time.monotonic()
         path = self.directory / f"{self.process_name}-{os.getpid()}.jsonl"
-        if events:
-            with path.open("a") as f:
-                f.writelines(json.dumps(e, default=str) + "\n" for e in events)
+        with self._write_lock:
+            with self._lock:
+                events, self._buffer = self._buffer, []
+            if events:
+                with path.open("a") as f:
+                    f.writelines(json.dumps(e, default=str) + "\n" for e in events)
         return path
 
 
 tracer = Tracer()
+os.register_at_fork(after_in_child=tracer._after_fork_in_child)
 
 
 def load_events(directory: str | os.PathLike) -> list[dict[str, Any]]:

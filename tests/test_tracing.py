@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 
 from rlweave.tracing import Tracer, lane_summaries, load_events, write_chrome_trace, write_timeline_png
 
@@ -41,3 +44,31 @@ def test_disabled_tracer_records_nothing(tmp_path):
         pass
     tracer.instant("y", "w")
     assert tracer.flush() is None
+
+
+def test_a_killed_process_keeps_the_spans_older_than_the_flush_interval(tmp_path):
+    """Ray stops workers with SIGKILL, which runs no exit handler: the flush thread must have
+    written a span recorded one interval before, with no further event to trigger a flush."""
+    script = (f"import os, signal, time\n"
+              f"from rlweave.tracing import FLUSH_INTERVAL_S, tracer\n"
+              f"tracer.configure({str(tmp_path)!r}, process_name='worker')\n"
+              f"tracer.record_span('iteration', 'engine', 0.0, 1.0)\n"
+              f"time.sleep(3 * FLUSH_INTERVAL_S)\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    result = subprocess.run([sys.executable, "-c", script], check=False)
+    assert result.returncode == -signal.SIGKILL
+    assert [e["name"] for e in load_events(tmp_path)] == ["iteration"]
+
+
+def test_a_forked_child_flushes_on_its_own(tmp_path):
+    script = (f"import os, signal, time\n"
+              f"from rlweave.tracing import FLUSH_INTERVAL_S, load_events, tracer\n"
+              f"tracer.configure({str(tmp_path)!r}, process_name='parent')\n"
+              f"pid = os.fork()\n"
+              f"if pid == 0:\n"
+              f"    tracer.record_span('iteration', 'engine', 0.0, 1.0)\n"
+              f"    time.sleep(3 * FLUSH_INTERVAL_S)\n"
+              f"    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"os.waitpid(pid, 0)\n")
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert [e["name"] for e in load_events(tmp_path)] == ["iteration"]
