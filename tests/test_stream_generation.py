@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from rlweave.config import ConfigError, Setting, build_config
+from rlweave.host import PLUGIN_MODULES_ENV, build_plugin_manager
 from rlweave.plugins.stream_generation.stream import (
     MiniBatch,
     SampleStream,
     StreamClosed,
     StreamMode,
+    groups_to_take,
     sample_id,
     sample_seed,
 )
@@ -313,3 +315,25 @@ def test_config_validates_options() -> None:
     with pytest.raises(ConfigError, match="poll_s'; allowed: in \\(0, 10\\] seconds"):
         build_config([Setting("stream_generation.poll_s", 0, "test")])
     assert build_config([Setting("stream_generation.enable", True, "test")]).stream_generation.enable
+
+
+@pytest.mark.parametrize(("ready_due", "ready_other", "pending_due", "most", "expected"), [
+    (0, 6, 0, 8, 6),  # nothing due: every ready group, in whole mini-batches
+    (0, 7, 0, 8, 6),
+    (2, 6, 0, 8, 8),  # due groups first, then the rest up to the step's remaining groups
+    (0, 6, 3, 8, 4),  # 3 due still generating: 4 slots (two mini-batches) kept for them
+    (1, 6, 1, 2, 0),  # the step's last mini-batch is the two due groups: wait for the second
+    (1, 6, 1, 8, 6),  # ... or take 6 newer ones now, leaving that mini-batch
+    (0, 8, 8, 8, 0),  # the whole rest of the step is due: newer groups must wait
+    (3, 0, 9, 2, 2),  # more due than the step holds: the ready due ones, up to the step
+])
+def test_a_dynamic_batch_keeps_room_for_the_groups_due_this_step(ready_due, ready_other, pending_due, most,
+                                                                 expected):
+    assert groups_to_take(ready_due, ready_other, pending_due, minibatch=2, most=most) == expected
+
+
+def test_the_plugin_sizes_dynamic_batches_through_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PLUGIN_MODULES_ENV, "rlweave.plugins.stream_generation.plugin")
+    monkeypatch.setenv("RLWEAVE_LOAD_PLUGINS", "")
+    hook = build_plugin_manager(build_config([Setting("stream_generation.mode", "async", "test")])).hook
+    assert hook.rlweave_dynamic_batch(ready_due=0, ready_other=6, pending_due=3, minibatch=2, most=8) == 4

@@ -49,7 +49,7 @@ class OverlappedPush:
         self._rollout = RayWorkerGroup(worker_handles=workers, ray_cls_with_init=RayClassWithInitArgs(cls=_worker_cls))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlweave-weight-push")
         self._pending: Future[float] | None = None
-        self.background_s = 0.0  # how long the last push's rollout side took
+        self.background_s = 0.0  # how long the last finished push's rollout side took
 
     def stage_and_pause(self, global_steps: int) -> Any:
         """Stage the trainer's weights and close the replicas' gates; returns the staged weights."""
@@ -76,7 +76,7 @@ class OverlappedPush:
         """Block until the pending push has finished; raises what it raised."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self.background_s = pending.result()
+            pending.result()
 
     def raise_if_failed(self) -> None:
         """Raise the pending push's error, if it has failed (a trainer waiting for samples would
@@ -92,4 +92,5 @@ class OverlappedPush:
         ray.get(rollout.update_weights(global_steps=global_steps))
         self.manager.resume_kv_cache_replicas()
         self.manager.resume_generation_replicas()
-        return time.perf_counter() - start
+        self.background_s = time.perf_counter() - start
+        return self.background_s

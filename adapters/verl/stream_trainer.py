@@ -99,6 +99,7 @@ class StreamReplayBuffer(ReplayBufferAsync):
         self.staleness: Counter[int] = Counter()
         # Raises when the groups being waited for can no longer come (a failed weight push).
         self.health_check: Callable[[], None] = lambda: None
+        self._take_limits: tuple[int, int] | None = None  # (mini-batch, most groups) while take waits
 
     def _sync_metadata_from_transfer_queue(self) -> None:
         self.health_check()
@@ -117,15 +118,41 @@ class StreamReplayBuffer(ReplayBufferAsync):
                     weight_version=self.prompt_global_steps["train"].get(uid, 0)))
 
     def take(self, global_steps: int, multiple: int, most: int) -> tuple[KVBatchMeta, dict]:
-        """StreamRL's dynamic batch: every complete group ready now, oldest first, in a whole
-        multiple of ``multiple`` groups (at least one, waiting for it) and at most ``most``."""
-        ready, metrics = self.wait_for_sampleable(global_steps, "train", multiple)
-        count = min(len(ready) // multiple * multiple, most)
-        uids, snapshot, _ = self._select_prompt_uids("train", ready, count)
+        """StreamRL's dynamic batch: the complete groups ready now, oldest first, in a whole
+        multiple of ``multiple`` groups (at least one, waiting for it) and at most ``most``,
+        keeping room for the groups due this step (``rlweave_dynamic_batch``)."""
+        self._take_limits = (multiple, most)
+        try:
+            ready, metrics = self.wait_for_sampleable(global_steps, "train", multiple)
+        finally:
+            self._take_limits = None
+        count = self._takeable(global_steps, ready, multiple, most)
+        uids, snapshot, _ = self._select_prompt_uids("train", ready, count)  # oldest first: the due ones
         batch = self._materialize_batch("train", uids, snapshot)
         self._deliver(batch, global_steps)
         self.step_stats["dynamic_batches"] += 1
         return batch, metrics
+
+    def _has_enough_samples(self, global_steps: int, partition_id: str, batch_size: int,
+                            sampleable_keys: set[str]) -> bool:
+        if partition_id != "train" or self._take_limits is None:
+            return super()._has_enough_samples(global_steps, partition_id, batch_size, sampleable_keys)
+        multiple, most = self._take_limits
+        return self._takeable(global_steps, sampleable_keys, multiple, most) >= multiple
+
+    def _takeable(self, global_steps: int, ready: set[str], multiple: int, most: int) -> int:
+        """How many of the ``ready`` groups to take now. A group is due when verl's ``drop``
+        would evict it after this step, with its staleness bound counted as verl counts it."""
+        tags = self.prompt_global_steps["train"]
+
+        def due(uid: str) -> bool:
+            return global_steps - tags.get(uid, global_steps) + 1 >= self.max_off_policy_threshold
+
+        ready_due = sum(map(due, ready))
+        pending_due = sum(map(due, self.pending_keys["train"] | self.running_keys["train"]))
+        count = get_host().hook.rlweave_dynamic_batch(ready_due=ready_due, ready_other=len(ready) - ready_due,
+                                                      pending_due=pending_due, minibatch=multiple, most=most)
+        return min(len(ready) // multiple * multiple, most) if count is None else count
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
@@ -350,8 +377,8 @@ class RlweaveStreamTrainer(PPOTrainer):
         metrics.update(aggregator.get_aggregated_metrics())
         metrics.update(self.replay_buffer.pop_step_metrics())
         metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - last_taken
-        if self._push is not None:  # the previous step's push, which this step overlapped
-            metrics[f"{METRIC}/weight_load_s"] = self._push.background_s
+        if self._push is not None:  # the last push that finished: pause, load and resume, overlapped
+            metrics[f"{METRIC}/rollout_push_s"] = self._push.background_s
         return batch
 
     def _prepare(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:

@@ -1,4 +1,5 @@
-"""Hook implementations of the stream_generation plugin (StreamRL): skewness-aware dispatch.
+"""Hook implementations of the stream_generation plugin (StreamRL): skewness-aware dispatch,
+and the size of each dynamic batch.
 
 One :class:`LengthRanker` per process. The adapter must fire ``rlweave_dispatch_order`` and
 ``rlweave_sample_finished`` in the same process (the one that submits prompts to the stream),
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.stream_generation.ranker import LengthRanker
+from rlweave.plugins.stream_generation.stream import groups_to_take
 from rlweave.types import PromptInfo, SampleRecord
 
 ranker: LengthRanker | None = None
@@ -49,3 +51,8 @@ def rlweave_dispatch_order(prompts: Sequence[PromptInfo]) -> list[str] | None:
 @hookimpl
 def rlweave_sample_finished(sample: SampleRecord) -> None:
     _ranker().observe(sample.group_id, sample.response_len)
+
+
+@hookimpl
+def rlweave_dynamic_batch(ready_due: int, ready_other: int, pending_due: int, minibatch: int, most: int) -> int:
+    return groups_to_take(ready_due, ready_other, pending_due, minibatch, most)

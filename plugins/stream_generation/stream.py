@@ -314,3 +314,21 @@ class SampleStream:
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"sample stream: {what} timed out after {timeout} s")
             self._cond.wait(remaining)
+
+
+def groups_to_take(ready_due: int, ready_other: int, pending_due: int, minibatch: int, most: int) -> int:
+    """How many ready groups a dynamic batch takes now (a whole number of mini-batches; 0: wait).
+
+    A group is *due* when this step is the last whose staleness bound it meets: if the step
+    fills up without it, it is dropped and generated again, and the tail groups, which finish
+    last, are the ones that would be. So the step keeps enough of its ``most`` remaining
+    groups, in whole mini-batches, for every due group (ready or still generating), and gives
+    newer ready groups only what is left; the due ones go first.
+    """
+    if min(ready_due, ready_other, pending_due, most) < 0 or minibatch < 1:
+        raise ValueError(f"bad counts: ready_due={ready_due}, ready_other={ready_other}, "
+                         f"pending_due={pending_due}, minibatch={minibatch}, most={most}")
+    due = ready_due + pending_due
+    reserved = -(-due // minibatch) * minibatch
+    takeable = min(ready_due, most) + min(ready_other, max(most - reserved, 0))
+    return takeable // minibatch * minibatch

@@ -34,3 +34,16 @@ def rlweave_run_stage(context: StageContext, run: Callable[[], Any]) -> Any:
 @hookspec
 def rlweave_step_end(step: int, metrics: dict[str, float]) -> None:
     """A training step finished; ``metrics`` are the trainer's own (verl's metric dict)."""
+
+
+@hookspec(firstresult=True)
+def rlweave_dynamic_batch(ready_due: int, ready_other: int, pending_due: int, minibatch: int, most: int) -> int | None:
+    """How many finished groups a streaming trainer takes now: a whole number of ``minibatch``
+    groups, at most ``most`` (what its step still needs); 0 waits for more.
+
+    Called by the ``rlweave_stream`` trainer at every poll while it waits for a dynamic batch.
+    ``ready_due`` and ``pending_due``: finished and still-generating groups whose staleness
+    bound this step is the last to meet (the trainer drops them after it); ``ready_other``: the
+    other finished groups. The due groups are taken first. ``None``: every finished group, up
+    to ``most``.
+    """
