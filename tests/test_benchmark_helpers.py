@@ -102,3 +102,30 @@ def test_stream_bench_lengths_file_is_checked(tmp_path):
     assert workload(argparse.Namespace(lengths=str(good), seed=0, prompts=2)) == ([12, 3], ["a", "b"])
     with pytest.raises(SystemExit, match="positive integer output_len"):
         workload(argparse.Namespace(lengths=str(bad), seed=0, prompts=2))
+
+
+def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balanced_splits():
+    import argparse
+    import math
+
+    from rlweave.benchmarks.stream import (ASYNC_PIPELINED, BALANCE_DEVICES, ONPOLICY_PIPELINED, SYNC_ROLLOUT_LP,
+                                           Setup, report)
+
+    def run(step_s: float, gen_s: float, push_s: float) -> dict:
+        return {"step_s": step_s, "samples_per_s": 32 / step_s, "verl_step_s": step_s, "dispatch_s": 0.1,
+                "delivery_s": 0.1, "rollout_push_s": 0.1, "idle": {"actor": 0.3, "engine e": 0.2},
+                "staleness": {}, "stale_dropped": 0, "dynamic_batches_per_step": 2.0, "first_step_s": 10.0,
+                "stage_s": {"reward": 0.0, "old_log_prob": 0.1, "ref": 0.0, "adv": 0.05, "update_actor": 0.6,
+                            "gen": gen_s, "update_weights": push_s}}
+
+    runs = {"verl sync": run(3.0, 2.0, 0.05), SYNC_ROLLOUT_LP: run(2.8, 2.0, 0.05),
+            ONPOLICY_PIPELINED: run(1.7, 0.6, 0.05), ASYNC_PIPELINED: run(1.5, 0.1, 0.1)}
+    engine = [span("iteration", i * 0.02, 0.01, "e", running=1 + i % 8, tokens=1 + i % 8) for i in range(200)]
+    lengths = [4, 8, 16, 32, 64, 118, 20, 30] * 2
+    result = report(runs, engine, lengths, Setup(8, 4, 2, 8, 118), argparse.Namespace(seed=0, lengths=None, steps=6))
+    assert math.isfinite(result.headline["pipelined_planner_error_async"])
+    assert result.headline["pipelined_async_speedup"] == 2.0
+    simulated = result.details["planner"]["balanced_plans_simulated"]
+    assert sorted(simulated) == sorted(BALANCE_DEVICES)
+    assert all(p["engines"] + p["trainers"] <= devices for devices, p in simulated.items())
+    assert sum(row[0].startswith("planner SIMULATED") for row in result.rows) == len(BALANCE_DEVICES)

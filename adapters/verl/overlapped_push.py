@@ -88,7 +88,8 @@ class OverlappedPush:
         start = time.perf_counter()
         self.manager.release_kv_cache_replicas()
         rollout = self._rollout
-        ray.get(rollout.execute_checkpoint_engine(["receive_staged"] * rollout.world_size, [staged] * rollout.world_size))
+        workers = rollout.world_size
+        ray.get(rollout.execute_checkpoint_engine(["receive_staged"] * workers, [staged] * workers))
         ray.get(rollout.update_weights(global_steps=global_steps))
         self.manager.resume_kv_cache_replicas()
         self.manager.resume_generation_replicas()

@@ -26,9 +26,10 @@ generation service outside verl (producers that claim and put samples), tested o
 from; the optimizer steps wait for the step's last group when the trainer recomputes the old
 log-probs, and stream with the mini-batches when they are the rollout's. GRPO advantages need
 only complete groups (guaranteed); estimators that normalise over the batch (GAE, REINFORCE++,
-ReMax) are refused in stream mode rather than given a new meaning. Async: engines keep generating while the trainer trains,
-staleness ``k`` maps to verl's ``max_off_policy_threshold = k + 1`` with the ``drop`` strategy,
-and a dynamic batch keeps room for the groups at their last chance so that few are dropped.
+ReMax) are refused in stream mode rather than given a new meaning. Async: engines keep
+generating while the trainer trains, staleness ``k`` maps to verl's ``max_off_policy_threshold =
+k + 1`` with the ``drop`` strategy, and a dynamic batch keeps room for the groups at their last
+chance so that few are dropped.
 
 *Not done:* long-tail instances (the predicted tail on engines with a small ``max_num_seqs``),
 elastic re-planning as lengths drift, and a planner that models shared devices (see the
