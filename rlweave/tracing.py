@@ -2,8 +2,8 @@
 
 Each process buffers its events and a daemon thread appends them every ``FLUSH_INTERVAL_S``
 (and at exit) to ``<dir>/<process>-<pid>.jsonl``: a process that Ray kills, which runs no exit
-handler, loses at most the last interval's events; :func:`load_events` merges a directory. Times are
-wall-clock microseconds so processes line up. Exports: Chrome/Perfetto trace JSON and a
+handler, loses at most the last interval's events. :func:`load_events` merges a directory.
+Times are wall-clock microseconds so processes line up. Exports: Chrome/Perfetto trace JSON and a
 per-worker timeline PNG with each worker's busy and idle (bubble) fractions.
 
 When tracing is off, :meth:`Tracer.span` and :meth:`Tracer.instant` return after one check.

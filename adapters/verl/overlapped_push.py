@@ -42,13 +42,13 @@ class OverlappedPush:
     Needs rlweave's gloo checkpoint engine, the one that can stage."""
 
     def __init__(self, manager: CheckpointEngineManager,
-                 around: Callable[[Callable[[], float]], float] = lambda run: run()) -> None:
+                 around: Callable[[Callable[[], None]], Any] = lambda run: run()) -> None:
         self.manager = manager
         self._around = around  # wraps the rollout side's work (the trainer traces it)
         workers = [w for replica in manager.replicas for w in replica.workers]
         self._rollout = RayWorkerGroup(worker_handles=workers, ray_cls_with_init=RayClassWithInitArgs(cls=_worker_cls))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlweave-weight-push")
-        self._pending: Future[float] | None = None
+        self._pending: Future[Any] | None = None
         self.background_s = 0.0  # how long the last finished push's rollout side took
 
     def stage_and_pause(self, global_steps: int) -> Any:
@@ -84,7 +84,7 @@ class OverlappedPush:
         if self._pending is not None and self._pending.done() and self._pending.exception() is not None:
             self.wait()
 
-    def _load_and_resume(self, global_steps: int, staged: Any) -> float:
+    def _load_and_resume(self, global_steps: int, staged: Any) -> None:
         start = time.perf_counter()
         self.manager.release_kv_cache_replicas()
         rollout = self._rollout
@@ -94,4 +94,3 @@ class OverlappedPush:
         self.manager.resume_kv_cache_replicas()
         self.manager.resume_generation_replicas()
         self.background_s = time.perf_counter() - start
-        return self.background_s
