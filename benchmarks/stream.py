@@ -315,6 +315,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     with that run's weight push and latencies."""
     from rlweave.config import StreamGenerationConfig
     from rlweave.plugins.stream_generation.planner import (
+        ASYNC_DEFAULT_STEPS,
         HardwarePool,
         PlanMode,
         TrainingProfile,
@@ -352,16 +353,23 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         return (run["rollout_push_s"] or run["dispatch_s"]), run["delivery_s"]
 
     def batch(prompt_lengths: np.ndarray, mode: PlanMode, weight_sync_s: float,
-              latency: tuple[float, float] = verl_latencies) -> Workload:
-        """A step's groups in the order they are dispatched: verl's own for its loop, and
-        rlweave's skewness-aware order (:func:`tail_first_order`) by the true lengths (the ranker
-        knows a prompt's length once it has seen the prompt) for its modes."""
-        if mode is PlanMode.COLOCATED:
-            order = prompt_lengths
-        else:
-            fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
-            order = prompt_lengths[tail_first_order(prompt_lengths, fraction)]
-        return Workload(np.repeat(order[:, None], setup.group, axis=1), setup.minibatch, weight_sync_s, *latency)
+              latency: tuple[float, float] = verl_latencies, following: list[np.ndarray] = ()) -> Workload:
+        """A step's groups (and, async, the next steps') in the order they are dispatched: verl's
+        own for its loop, and rlweave's skewness-aware order (:func:`tail_first_order`) by the
+        true lengths (the ranker knows a prompt's length once it has seen the prompt) for its
+        modes."""
+        def groups(lengths: np.ndarray) -> np.ndarray:
+            if mode is not PlanMode.COLOCATED:
+                fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
+                lengths = lengths[tail_first_order(lengths, fraction)]
+            return np.repeat(lengths[:, None], setup.group, axis=1)
+
+        return Workload(groups(prompt_lengths), setup.minibatch, weight_sync_s, *latency,
+                        following=tuple(map(groups, following)))
+
+    def next_draws(i: int) -> list[np.ndarray]:
+        """The draws after draw ``i``: the batches an async run generates while it trains."""
+        return [draws[(i + j) % len(draws)] for j in range(1, ASYNC_DEFAULT_STEPS)]
 
     pool, train_s, weight_sync_s = pool_of(runs["verl sync"])
     cases = [(pool, weight_sync_s, verl_latencies, label, mode) for label, mode in (
@@ -376,11 +384,14 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
             cases += [(*profiles[onpolicy], onpolicy, PlanMode.ON_POLICY),
                       (*profiles[onpolicy], asynchronous, PlanMode.ASYNC)]
     cases = [case for case in cases if case[3] in runs]
-    predicted = {}
+    predicted, predicted_idle = {}, {}
     for case_pool, sync_s, latency, label, mode in cases:
-        steps = [predict([case_pool], batch(d, mode, sync_s, latency), mode, {"cpu": 1}, {"cpu": 1}).step_s
-                 for d in draws]
-        predicted[label] = statistics.mean(steps)
+        plans = [predict([case_pool], batch(d, mode, sync_s, latency,
+                                            next_draws(i) if mode is PlanMode.ASYNC else ()),
+                         mode, {"cpu": 1}, {"cpu": 1}) for i, d in enumerate(draws)]
+        predicted[label] = statistics.mean(p.step_s for p in plans)
+        predicted_idle[label] = {"engine": statistics.mean(p.generation_idle for p in plans),
+                                 "trainer": statistics.mean(p.training_idle for p in plans)}
     balanced = {}
     if ONPOLICY_PIPELINED in profiles:  # SIMULATED: what the split would be with more devices
         profile, sync_s, latency = profiles[ONPOLICY_PIPELINED]
@@ -397,7 +408,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
     if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
         bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, pool_of(runs[SYNC_ROLLOUT_LP])[1])
-    return {"predicted_step_s": predicted,
+    return {"predicted_step_s": predicted, "predicted_idle": predicted_idle,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
             "dispatch_s": verl_latencies[0], "delivery_s": verl_latencies[1],
@@ -491,8 +502,9 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         row("lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}", f"{setup.samples / lower_rollout:.2f}",
             f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x", "1.00x")
     for label, step in check["predicted_step_s"].items():
+        idle = check["predicted_idle"][label]
         row(f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
-            f"error {check['error'][label]:.0%}")
+            f"error {check['error'][label]:.0%}; engine {idle['engine']:.0%}, trainer {idle['trainer']:.0%}")
     for devices, best in check["balanced_plans_simulated"].items():
         row(f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer x{best['trainers']}), "
             f"{setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}", f"{best['samples_per_s']:.2f}", "", "",

@@ -16,6 +16,7 @@ from rlweave.plugins.stream_generation.planner import (
     plan,
     predict,
     _stream_preparation,
+    simulate_async,
     simulate_generation,
 )
 
@@ -94,7 +95,6 @@ def test_step_model_of_each_mode() -> None:
     on_policy = predict(pools, work, PlanMode.ON_POLICY, **split)
     assert on_policy.step_s == pytest.approx(4.5 + 0.25)
     assert (on_policy.generation_s, on_policy.training_s) == (4.0, 2.0)
-    assert predict(pools, work, PlanMode.ASYNC, **split).step_s == pytest.approx(4.25)
     assert predict(pools, work, PlanMode.COLOCATED, **split).step_s == pytest.approx(4 + 2 + 0.25)
     assert on_policy.samples_per_s == pytest.approx(4 / 4.75)
     assert on_policy.training_idle == pytest.approx(1 - 2 / 4.75)
@@ -103,30 +103,31 @@ def test_step_model_of_each_mode() -> None:
 
 def test_measured_latencies_delay_when_groups_reach_the_trainer() -> None:
     """Dispatch (submit to first token) and delivery (last token to the trainer) shift every
-    group's arrival; async hides delivery behind the next step and pays dispatch only where
-    generation is the longer stage."""
+    group's arrival."""
     pools = [HardwarePool("p", 2, constant_rate(cap=8), TrainingProfile(0.5))]
     work = Workload(np.array([[1.0], [2], [3], [4]]), minibatch_groups=1, weight_sync_s=0.25,
                     dispatch_s=0.5, delivery_s=0.25)
     split = dict(generation={"p": 1}, training={"p": 1})
     assert predict(pools, work, PlanMode.ON_POLICY, **split).step_s == pytest.approx(4.5 + 0.75 + 0.25)
     assert predict(pools, work, PlanMode.COLOCATED, **split).step_s == pytest.approx(0.75 + 4 + 2 + 0.25)
-    assert predict(pools, work, PlanMode.ASYNC, **split).step_s == pytest.approx(4.5 + 0.25)
     with pytest.raises(ValueError, match="dispatch_s"):
         Workload(np.array([[1.0]]), minibatch_groups=1, dispatch_s=-1.0)
 
 
 def test_planner_balances_the_stages_on_one_pool() -> None:
-    """Equal lengths, 8 slots per engine: generation takes 10 s per wave of 8 groups, training
-    1 s per sample per instance. Eight engines finish in one wave (10 s) and leave eight
-    trainers 8 s of work: the balanced split; fewer engines need a second wave."""
+    """Equal lengths, 8 slots per engine: an engine makes 0.8 samples/s (8 at a time, 10 s
+    each), a trainer 1 sample/s. Async, the engines fill their free slots with the next batch,
+    so the best split is the one whose two rates are closest: 9 engines (7.2/s) and 7 trainers
+    (7/s), a step of at least 64 / 7 s; 8 and 8 leave the trainers waiting for the engines'
+    10 s per batch."""
     pools = [HardwarePool("gpu", 16, constant_rate(cap=8, per_sequence=10.0), TrainingProfile(1.0))]
     work = Workload(np.full((64, 1), 100.0), minibatch_groups=8)
     best = plan(pools, work, PlanMode.ASYNC)
-    assert (best.generation, best.training) == ({"gpu": 8}, {"gpu": 8})
-    assert best.step_s == pytest.approx(10.0) and best.samples_per_s == pytest.approx(6.4)
+    assert (best.generation, best.training) == ({"gpu": 9}, {"gpu": 7})
+    assert 64 / 7 <= best.step_s < 10.0 and best.samples_per_s == pytest.approx(64 / best.step_s)
+    assert predict(pools, work, PlanMode.ASYNC, {"gpu": 8}, {"gpu": 8}).step_s == pytest.approx(10.0)
     text = best.describe()
-    assert "StreamRL plan (async): 6.4 samples/s" in text and "gpu" in text and "step 10 s" in text
+    assert f"StreamRL plan (async): {best.samples_per_s:.3g} samples/s" in text and "gpu" in text
     for g in range(1, 16):
         other = predict(pools, work, PlanMode.ASYNC, {"gpu": g}, {"gpu": 16 - g})
         assert other.samples_per_s <= best.samples_per_s
@@ -175,3 +176,39 @@ def test_on_policy_defers_the_optimizer_steps_and_prepares_dynamic_batches() -> 
     assert _stream_preparation(np.array([0.0, 0, 0, 3]), 2, 1.0) == 5.0  # 2 at 0, then 2 at 3
     with pytest.raises(ValueError, match="deferred_share in \\[0, 1\\]"):
         TrainingProfile(1.0, deferred_share=1.5)
+
+
+def test_async_is_as_fast_as_its_slower_stage() -> None:
+    """Steady async steps. Trainer-bound (an engine 1000x faster): the trainer never waits, so a
+    step is its training plus the weight push, and the engine idles. Generation-bound (one
+    sequence at a time, a trainer 1000x faster): the engine always has the next batch queued,
+    so a step is one batch's tokens plus the pause for the push and the load."""
+    lengths = np.array([[1.0], [2], [3], [4]])
+    work = Workload(lengths, minibatch_groups=1, weight_sync_s=0.25, dispatch_s=0.5)
+    trainer_bound = simulate_async([lengths] * 6, [constant_rate(cap=8, per_sequence=1000.0)], 0.5, work)
+    assert trainer_bound.step_s == pytest.approx(4 * 0.5 + 0.25)
+    assert trainer_bound.training_idle == pytest.approx(0.0, abs=1e-9) and trainer_bound.generation_idle > 0.99
+    generation_bound = simulate_async([lengths] * 6, [constant_rate(cap=1)], 0.0005, work)
+    assert generation_bound.step_s == pytest.approx(10 + 0.25 + 0.5)
+    assert generation_bound.generation_idle == pytest.approx(0.75 / 10.75)
+    assert generation_bound.training_idle == pytest.approx(1 - (4 * 0.0005 + 0.25) / 10.75)
+
+
+def test_async_keeps_room_for_the_due_tail() -> None:
+    """Staleness 1: a batch's groups are due in the step after its submission. Batches 0, 2 and
+    4 hold a long group (8 tokens, 1 token/s), due in steps 2, 3 and 5. Each of those steps
+    keeps room for it, so the newer short groups ready meanwhile wait for the next step, and
+    the step ends 0.1 s after the long group is in (at 8, 9.2 and 17.3 s): the steps end at
+    1.2, 8.1, 9.3, 9.5 and 17.4 s."""
+    batches = [np.array([[8.0], [1]]), np.array([[1.0], [1]])] * 3
+    work = Workload(batches[0], minibatch_groups=1, following=tuple(batches[1:]))
+    assert simulate_async(batches, [constant_rate(cap=8)], 0.1, work).step_s == pytest.approx((17.4 - 1.2) / 4)
+    with pytest.raises(ValueError, match="at least 3 batches"):
+        simulate_async(batches[:2], [constant_rate(cap=8)], 0.1, work)
+
+
+def test_workload_following_batches_cycle_and_must_match() -> None:
+    a, b = np.ones((2, 2)), np.full((2, 2), 3.0)
+    assert [x[0, 0] for x in Workload(a, 1, following=(b,)).batches(5)] == [1, 3, 1, 3, 1]
+    with pytest.raises(ValueError, match="following batch must have the shape"):
+        Workload(a, 1, following=(np.ones((3, 2)),))

@@ -29,9 +29,14 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   longer holds the generating weights); with the rollout's log-probs they stream with the rest
   and ``deferred_share`` is 0:
   ``end of the last preparation + deferred training + weight_sync_s``.
-- ``async`` (staleness 1): generation of the next step overlaps training of this one; the
-  weight push stops both, the engines loading what the trainer sends:
-  ``max(dispatch_s + T_gen, T_train) + weight_sync_s``.
+- ``async`` (staleness 1) is simulated over several steps (:func:`simulate_async`), since
+  its step is not a formula of one batch: the engines run the older batch's tail beside the
+  next batch's prompts, the trainer takes dynamic batches of whatever is ready (the due groups
+  first, keeping room for those still generating, as :func:`~.stream.groups_to_take` decides),
+  and at each step's end the trainer pushes weights (``weight_sync_s``) and the engines pause
+  until the push has loaded (``dispatch_s`` after it), when the batch ``k + 1`` steps ahead
+  joins the queue. The engines serve the queue oldest batch first (the stream trainer's engine
+  priorities). Step time and both stages' idle are those of the simulated steady steps.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -45,6 +50,11 @@ from enum import Enum
 from itertools import product
 
 import numpy as np
+
+from rlweave.plugins.stream_generation.stream import groups_to_take
+
+ASYNC_STALENESS = 1  # weight versions an async sample may lag (verl's threshold is one more)
+ASYNC_DEFAULT_STEPS = 6  # batches simulated when the workload gives only one (it repeats)
 
 
 class PlanError(ValueError):
@@ -115,19 +125,24 @@ class Workload:
     new weights to the engines. ``dispatch_s``: from the step's start until the engines run
     its prompts (the framework submitting them); ``delivery_s``: from a group's last token until
     the trainer holds it (the framework storing and announcing it). Both are measured, not
-    modelled."""
+    modelled. ``following``: the batches of the steps after this one, the same shape (async
+    mode generates them while this one trains); empty: this batch again."""
 
     lengths: np.ndarray
     minibatch_groups: int
     weight_sync_s: float = 0.0
     dispatch_s: float = 0.0
     delivery_s: float = 0.0
+    following: tuple[np.ndarray, ...] = ()
 
     def __post_init__(self) -> None:
         lengths = np.asarray(self.lengths)
         if lengths.ndim != 2 or lengths.size == 0 or np.any(lengths < 1):
             raise ValueError(f"Workload.lengths must be [groups, group_size] of positive token counts, "
                              f"got shape {lengths.shape}")
+        if any(np.shape(b) != lengths.shape or np.any(np.asarray(b) < 1) for b in self.following):
+            raise ValueError(f"every Workload.following batch must have the shape of lengths {lengths.shape} "
+                             f"and positive token counts")
         if self.minibatch_groups < 1 or min(self.weight_sync_s, self.dispatch_s, self.delivery_s) < 0:
             raise ValueError(f"minibatch_groups ({self.minibatch_groups}) must be >= 1, and weight_sync_s "
                              f"({self.weight_sync_s}), dispatch_s ({self.dispatch_s}) and delivery_s "
@@ -136,6 +151,11 @@ class Workload:
     @property
     def samples(self) -> int:
         return int(np.asarray(self.lengths).size)
+
+    def batches(self, count: int) -> list[np.ndarray]:
+        """This batch and the following ones, ``count`` in all (cycling through them)."""
+        given = [np.asarray(self.lengths), *map(np.asarray, self.following)]
+        return [given[i % len(given)] for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -167,60 +187,177 @@ class Plan:
         return "\n".join(lines)
 
 
-def simulate_generation(lengths: np.ndarray, engines: list[GenerationProfile]) -> tuple[np.ndarray, np.ndarray]:
-    """Continuous-batching simulation of ``lengths`` [groups, group_size] on ``engines``.
+class ContinuousBatching:
+    """Generation on ``engines`` of the groups of ``lengths`` [groups, group_size] that are
+    submitted, event by event.
 
-    Returns (completion time of each group [groups], busy seconds of each engine [engines]).
-    An engine claims the next whole group while it has fewer than ``max_batch`` sequences
-    running or waiting (at time 0 engines claim in turn, one group per round), and starts
-    waiting sequences as batch slots free up.
+    An engine claims the next whole group (lowest id first: ids are the order of priority)
+    while it has fewer than ``max_batch`` sequences running or waiting (on a submission engines
+    claim in turn, one group per round), and starts waiting sequences as batch slots free up.
+    With ``b`` sequences running, each makes ``tokens_per_s(b) / b`` tokens/s; a pause stops
+    every engine and keeps what it has made (verl's partial rollout).
     """
-    lengths = np.asarray(lengths, dtype=float)
-    groups, group_size = lengths.shape
-    queue = deque(range(groups))
-    done, busy = np.zeros(groups), np.zeros(len(engines))
-    progress = np.zeros(len(engines))  # tokens made by each running sequence of the engine so far
-    last = np.zeros(len(engines))  # time progress was last brought up to date
-    started, finished = np.zeros(groups, dtype=int), np.zeros(groups, dtype=int)
-    running: list[list[tuple[float, int]]] = [[] for _ in engines]  # heap of (finish progress, group)
-    waiting: list[deque[int]] = [deque() for _ in engines]  # one entry per sample not yet started
-    events: list[tuple[float, int]] = []  # (time of the engine's next finish, engine)
 
-    def has_room(e: int) -> bool:
-        return len(running[e]) + len(waiting[e]) < engines[e].max_batch
+    def __init__(self, lengths: np.ndarray, engines: list[GenerationProfile]) -> None:
+        self.lengths = np.asarray(lengths, dtype=float)
+        groups, self.group_size = self.lengths.shape
+        self.engines = engines
+        self.done = np.full(groups, np.inf)  # completion time of each group
+        self.busy = np.zeros(len(engines))  # seconds each engine has decoded
+        self._queue: list[int] = []  # heap of submitted groups no engine has claimed
+        self._progress = np.zeros(len(engines))  # tokens made by each running sequence of the engine
+        self._last = np.zeros(len(engines))  # time up to which progress is counted
+        self._started = np.zeros(groups, dtype=int)
+        self._finished = np.zeros(groups, dtype=int)
+        self._running: list[list[tuple[float, int]]] = [[] for _ in engines]  # heap of (finish progress, group)
+        self._waiting: list[deque[int]] = [deque() for _ in engines]  # one entry per sample not started
+        self._events: list[tuple[float, int, int]] = []  # (time of the engine's next finish, engine, version)
+        self._version = np.zeros(len(engines), dtype=int)  # a rescheduled engine's older events are stale
 
-    def claim(e: int) -> None:
-        waiting[e].extend([queue.popleft()] * group_size)
+    def submit(self, groups: range | list[int], now: float) -> None:
+        for g in groups:
+            heapq.heappush(self._queue, g)
+        self._advance_all(now)
+        while self._queue and any(self._has_room(e) for e in range(len(self.engines))):
+            for e in range(len(self.engines)):
+                if self._queue and self._has_room(e):
+                    self._claim(e)
+        for e in range(len(self.engines)):
+            self._start_and_schedule(e)
 
-    def start_and_schedule(e: int, now: float) -> None:
-        while waiting[e] and len(running[e]) < engines[e].max_batch:
-            g = waiting[e].popleft()
-            heapq.heappush(running[e], (progress[e] + lengths[g, started[g]], g))
-            started[g] += 1
-        if running[e]:
-            rate = engines[e].per_sequence_rate(len(running[e]))
-            heapq.heappush(events, (now + (running[e][0][0] - progress[e]) / rate, e))
+    def pause(self, now: float, until: float) -> None:
+        """No engine makes progress from ``now`` to ``until``."""
+        self._advance_all(now)
+        self._last[:] = np.maximum(self._last, until)
+        for e in range(len(self.engines)):
+            self._start_and_schedule(e)
 
-    while queue and any(has_room(e) for e in range(len(engines))):
-        for e in range(len(engines)):
-            if queue and has_room(e):
-                claim(e)
-    for e in range(len(engines)):
-        start_and_schedule(e, 0.0)
-    while events:
-        now, e = heapq.heappop(events)
-        progress[e] += engines[e].per_sequence_rate(len(running[e])) * (now - last[e])
-        busy[e] += now - last[e]
-        last[e] = now
-        while running[e] and running[e][0][0] <= progress[e] + 1e-9 * max(1.0, progress[e]):
-            _, g = heapq.heappop(running[e])
-            finished[g] += 1
-            if finished[g] == group_size:
-                done[g] = now
-        while queue and has_room(e):
-            claim(e)
-        start_and_schedule(e, now)
-    return done, busy
+    def next_event_s(self) -> float:
+        """When the next sequence finishes (``inf``: nothing is running)."""
+        while self._events and self._events[0][2] != self._version[self._events[0][1]]:
+            heapq.heappop(self._events)
+        return self._events[0][0] if self._events else np.inf
+
+    def run_until(self, until: float) -> None:
+        """Process every finish up to ``until``; then count every engine's progress to it."""
+        while np.isfinite(now := self.next_event_s()) and now <= until:
+            _, e, _ = heapq.heappop(self._events)
+            self._advance(e, now)
+            while self._running[e] and self._running[e][0][0] <= self._progress[e] + 1e-9 * max(1.0, self._progress[e]):
+                _, g = heapq.heappop(self._running[e])
+                self._finished[g] += 1
+                if self._finished[g] == self.group_size:
+                    self.done[g] = now
+            while self._queue and self._has_room(e):
+                self._claim(e)
+            self._start_and_schedule(e)
+        if np.isfinite(until):
+            self._advance_all(until)
+
+    def _has_room(self, e: int) -> bool:
+        return len(self._running[e]) + len(self._waiting[e]) < self.engines[e].max_batch
+
+    def _claim(self, e: int) -> None:
+        self._waiting[e].extend([heapq.heappop(self._queue)] * self.group_size)
+
+    def _advance(self, e: int, now: float) -> None:
+        if now > self._last[e]:
+            if self._running[e]:
+                self._progress[e] += self.engines[e].per_sequence_rate(len(self._running[e])) * (now - self._last[e])
+                self.busy[e] += now - self._last[e]
+            self._last[e] = now
+
+    def _advance_all(self, now: float) -> None:
+        for e in range(len(self.engines)):
+            self._advance(e, now)
+
+    def _start_and_schedule(self, e: int) -> None:
+        while self._waiting[e] and len(self._running[e]) < self.engines[e].max_batch:
+            g = self._waiting[e].popleft()
+            heapq.heappush(self._running[e], (self._progress[e] + self.lengths[g, self._started[g]], g))
+            self._started[g] += 1
+        self._version[e] += 1
+        if self._running[e]:
+            rate = self.engines[e].per_sequence_rate(len(self._running[e]))
+            finish = self._last[e] + (self._running[e][0][0] - self._progress[e]) / rate
+            heapq.heappush(self._events, (finish, e, int(self._version[e])))
+
+
+def simulate_generation(lengths: np.ndarray, engines: list[GenerationProfile]) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of ``lengths`` [groups, group_size] on ``engines``, submitted at time 0
+    (:class:`ContinuousBatching`). Returns (completion time of each group, busy seconds of each
+    engine)."""
+    batching = ContinuousBatching(lengths, engines)
+    batching.submit(range(len(batching.lengths)), 0.0)
+    batching.run_until(np.inf)
+    return batching.done, batching.busy
+
+
+@dataclass(frozen=True)
+class AsyncSteps:
+    """Simulated async steps: mean seconds per steady step (after the first, as measured) and
+    the idle fraction of the engines (averaged) and of the trainer over them."""
+
+    step_s: float
+    generation_idle: float
+    training_idle: float
+
+
+def simulate_async(batches: list[np.ndarray], engines: list[GenerationProfile], seconds_per_group: float,
+                   workload: Workload, staleness: int = ASYNC_STALENESS) -> AsyncSteps:
+    """Async stream training of ``batches`` (one [groups, group_size] array per step, in
+    dispatch order): ``len(batches) - staleness`` steps, see the module docstring.
+
+    The first ``staleness + 1`` batches are submitted at the start; the end of step ``s``
+    submits batch ``s + staleness``. A group is due at the last step its staleness bound allows
+    (the step after its batch's, with staleness 1); the trainer takes the ready groups oldest
+    first, as many as :func:`~.stream.groups_to_take` allows, ``seconds_per_group`` each.
+    """
+    steps, per_step = len(batches) - staleness, len(batches[0])
+    if steps < 2:
+        raise ValueError(f"simulate_async needs at least {staleness + 2} batches for a steady step, got {len(batches)}")
+    first = np.cumsum([0] + [len(b) for b in batches])  # first group id of each batch
+    batching = ContinuousBatching(np.concatenate(batches), engines)
+    # verl's tag: the step whose end submitted the batch, plus one (the first batches: 1).
+    tag = np.concatenate([np.full(len(b), max(1, i - staleness + 1)) for i, b in enumerate(batches)])
+    taken = np.zeros(len(tag), dtype=bool)
+    submitted = first[staleness + 1]
+    batching.submit(range(submitted), 0.0)
+    now, step, got, ends, trainer_busy, engine_busy = 0.0, 1, 0, [], 0.0, None
+    while step <= steps:
+        batching.run_until(now)
+        ready = ~taken[:submitted] & (batching.done[:submitted] + workload.delivery_s <= now)
+        due = ~taken[:submitted] & (tag[:submitted] <= step - staleness)
+        count = groups_to_take(int((ready & due).sum()), int((ready & ~due).sum()), int((due & ~ready).sum()),
+                               workload.minibatch_groups, per_step - got)
+        if not count:
+            arrivals = batching.done[:submitted][~ready] + workload.delivery_s
+            now = min(batching.next_event_s(), float(arrivals[arrivals > now].min(initial=np.inf)))
+            if not np.isfinite(now):
+                raise RuntimeError("simulate_async: the trainer waits for groups that never come")
+            continue
+        taken[np.flatnonzero(ready)[:count]] = True  # ids are oldest first
+        got += count
+        now += count * seconds_per_group
+        trainer_busy += count * seconds_per_group if ends else 0.0
+        if got < per_step:
+            continue
+        batching.run_until(now)  # the push: the trainer stages the weights and pauses the engines
+        batching.pause(now, now + workload.weight_sync_s + workload.dispatch_s)
+        now += workload.weight_sync_s
+        trainer_busy += workload.weight_sync_s if ends else 0.0
+        if step + staleness < len(batches):  # parked until the engines have loaded the weights
+            batching.submit(range(submitted, first[step + staleness + 1]), now)
+            submitted = first[step + staleness + 1]
+        ends.append(now)
+        if engine_busy is None:
+            batching.run_until(now)
+            engine_busy = batching.busy.copy()
+        step, got = step + 1, 0
+    batching.run_until(now)
+    window = ends[-1] - ends[0]
+    return AsyncSteps(window / (len(ends) - 1), 1 - float((batching.busy - engine_busy).mean()) / window,
+                      1 - trainer_busy / window)
 
 
 def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
@@ -245,13 +382,18 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
                                     (1 - deferred) * group_size / rate)
                 + deferred * t_train + workload.weight_sync_s)
     else:
-        step = max(workload.dispatch_s + t_gen, t_train) + workload.weight_sync_s
+        steady = simulate_async(workload.batches(1 + len(workload.following) if workload.following
+                                                 else ASYNC_DEFAULT_STEPS),
+                                engines, group_size / rate, workload)
+        step = steady.step_s
     devices = {}
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
+    idle = ((steady.generation_idle, steady.training_idle) if mode is PlanMode.ASYNC
+            else (1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step))
     return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
-                workload.samples / step, 1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step)
+                workload.samples / step, *idle)
 
 
 def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:
