@@ -161,6 +161,7 @@ def lognormal_lengths(seed: int, prompts: int) -> list[int]:
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
+    from rlweave.benchmarks.cpu_usage import CpuSampler
     from rlweave.benchmarks.verl_runs import run_verl
     from rlweave.tracing import load_events
 
@@ -177,14 +178,16 @@ def run(args: argparse.Namespace) -> BenchResult:
             mode, extra, contended, pinned = RUNS[label]
             slots = setup.slots if contended else setup.samples
             calibration_ms = machine_calibration_ms()
+            sampler = CpuSampler()
             result = run_verl(mode, Path(tmp) / re.sub(r"[^a-z0-9]+", "_", label), steps=args.steps,
                               seed=args.seed, timeout_s=args.timeout, output_lens=lengths, prompts=prompts,
-                              extra=setup.overrides(slots) + extra, pin_cores=pinned)
+                              extra=setup.overrides(slots) + extra, pin_cores=pinned, cpu_sampler=sampler)
             if result.returncode != 0 or len(result.steps) < 2:
                 raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
             events = load_events(result.trace_dir)
             spans = steady_spans(events)
-            runs[label] = summarise(result.steps, spans, setup) | {"calibration_ms": calibration_ms}
+            runs[label] = (summarise(result.steps, spans, setup) | {"calibration_ms": calibration_ms}
+                           | {"cpu": cpu_summary(sampler, events)})
             timelines += [{**e, "run": label} for e in spans]
             if label == "verl sync":
                 sync_spans = spans
@@ -204,6 +207,18 @@ def machine_calibration_ms() -> float:
             a @ a
         times.append(time.perf_counter() - start)
     return round(1e3 * statistics.median(times), 1)
+
+
+def cpu_summary(sampler: Any, events: list[dict]) -> dict[str, Any]:
+    """CPU use over the steady steps (:mod:`rlweave.benchmarks.cpu_usage`): each core's busy
+    share, CPU seconds per step by role, and the step had that work kept every core busy."""
+    ends = sorted(e["ts"] / 1e6 for e in events if e["name"] == "step_end")
+    window = sampler.window(ends[0], ends[-1])
+    steps = len(ends) - 1
+    return {"cores_busy": [round(b, 3) for b in window.cores_busy],
+            "cpu_s_per_step": {role: round(s * window.seconds / (ends[-1] - ends[0]) / steps, 3)
+                               for role, s in window.cpu_s.items()},
+            "floor_step_s": round(window.floor_s * (ends[-1] - ends[0]) / window.seconds / steps, 3)}
 
 
 def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setup) -> dict[str, Any]:
@@ -418,6 +433,15 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
             "plan": chosen.describe(), "balanced_plans_simulated": balanced}
 
 
+def _cpu_cell(cpu: dict[str, Any] | None) -> str:
+    if not cpu:
+        return ""
+    per_step = cpu["cpu_s_per_step"]
+    return (" ".join(f"{b:.0%}" for b in cpu["cores_busy"]) + "; "
+            + "/".join(f"{per_step[role]:.2f}" for role in ("engine", "trainer", "host"))
+            + f"; {cpu['floor_step_s']:.2f}")
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
@@ -478,6 +502,8 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
                                                           if verl_async_same else None),
             "pipelined_idle": {label: r["idle"] for label, r in zip((ONPOLICY_PIPELINED, ASYNC_PIPELINED), pipelined,
                                                                      strict=True)},
+            "pipelined_cpu": {label: r.get("cpu") for label, r in zip((ONPOLICY_PIPELINED, ASYNC_PIPELINED), pipelined,
+                                                                       strict=True)},
             "pipelined_planner_error": round(check["error"][ONPOLICY_PIPELINED], 3),
             "pipelined_planner_error_async": round(check["error"][ASYNC_PIPELINED], 3),
         })
@@ -485,7 +511,8 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         headline["uncontended_onpolicy_speedup"] = round(
             runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
     header = ["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
-              "groups dropped", "machine (calibration ms)"]
+              "groups dropped", "machine (calibration ms)",
+              "CPU: cores busy; s/step engine/trainer/host; floor s/step"]
     rows = [header]
 
     def row(*cells: str) -> None:
@@ -497,7 +524,7 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         row(label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
             f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
             " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"]),
-            f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else "")
+            f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else "", _cpu_cell(r.get("cpu")))
     row("lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
         f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x")
     if lower_rollout:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlweave.benchmarks.cpu_usage import CpuSampler
 from rlweave.tiny_models import ensure_tiny_model
 
 # One standalone vLLM replica on its own (logical) GPU; trainer -> standalone weights go through
@@ -149,8 +150,10 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
              extra: tuple[str, ...] = (), output_lens: list[int] | None = None,
-             prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False) -> VerlRun:
-    """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent)."""
+             prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False,
+             cpu_sampler: CpuSampler | None = None) -> VerlRun:
+    """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent).
+    ``cpu_sampler`` samples the run's process tree while it runs."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
@@ -161,11 +164,16 @@ def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, s
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(cmd, env=verl_env(trace_dir, pin_cores), stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=workdir)
+        if cpu_sampler is not None:
+            cpu_sampler.start(proc.pid)
         try:
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             raise TimeoutError(f"verl {mode} ran past {timeout_s}s; log: {log_path}") from None
+        finally:
+            if cpu_sampler is not None:
+                cpu_sampler.stop()
     log = log_path.read_text()
     return VerlRun(returncode, time.perf_counter() - start, parse_steps(log), log, trace_dir,
                    workdir / "ckpt")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from rlweave.benchmarks.arithmetic_task import compute_score, rows
 from rlweave.benchmarks.verl_baseline import steady_summary
 from rlweave.benchmarks.verl_runs import parse_steps
@@ -74,8 +76,6 @@ def test_stream_bench_idle_is_measured_over_the_steady_steps_only():
 
 
 def test_stream_bench_profiles_the_engine_from_its_decode_iterations():
-    import pytest
-
     from rlweave.benchmarks.stream import engine_profile
 
     # start-to-start: 2 running for 10 ms (5 ms of it between iterations), 4 running for 20 ms;
@@ -90,8 +90,6 @@ def test_stream_bench_profiles_the_engine_from_its_decode_iterations():
 
 def test_stream_bench_lengths_file_is_checked(tmp_path):
     import argparse
-
-    import pytest
 
     from rlweave.benchmarks.stream import lognormal_lengths, workload
 
@@ -120,6 +118,8 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
 
     runs = {"verl sync": run(3.0, 2.0, 0.05), SYNC_ROLLOUT_LP: run(2.8, 2.0, 0.05),
             ONPOLICY_PIPELINED: run(1.7, 0.6, 0.05), ASYNC_PIPELINED: run(1.5, 0.1, 0.1)}
+    runs[ASYNC_PIPELINED]["cpu"] = {"cores_busy": [0.97, 1.0], "floor_step_s": 1.45,
+                                    "cpu_s_per_step": {"engine": 1.0, "trainer": 0.6, "host": 1.3}}
     engine = [span("iteration", i * 0.02, 0.01, "e", running=1 + i % 8, tokens=1 + i % 8) for i in range(200)]
     lengths = [4, 8, 16, 32, 64, 118, 20, 30] * 2
     result = report(runs, engine, lengths, Setup(8, 4, 2, 8, 118), argparse.Namespace(seed=0, lengths=None, steps=6))
@@ -130,3 +130,34 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     assert all(p["engines"] + p["trainers"] <= devices for devices, p in simulated.items())
     assert sum(row[0].startswith("planner SIMULATED") for row in result.rows) == len(BALANCE_DEVICES)
     assert {len(row) for row in result.rows} == {len(result.rows[0])}
+    assert [row[-1] for row in result.rows if row[0] == ASYNC_PIPELINED] == ["97% 100%; 1.00/0.60/1.30; 1.45"]
+
+
+def test_cpu_sampler_counts_the_run_process_tree_by_role():
+    import subprocess
+    import sys
+    import time
+
+    from rlweave.benchmarks.cpu_usage import CpuSampler, role_of
+
+    assert (role_of("VLLM::EngineCore"), role_of("ray::WorkerDict.update_actor"), role_of("ray::TaskRunner")) == (
+        "engine", "trainer", "host")
+    # A parent that sleeps and a child that spins: the tree's CPU is the child's, about one core.
+    spin = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
+    sampler = CpuSampler(interval_s=0.1)
+    sampler.start(parent.pid)
+    time.sleep(1.0)
+    start = time.time()
+    time.sleep(1.5)
+    end = time.time()
+    parent.wait()
+    sampler.stop()
+    window = sampler.window(start, end)
+    assert 1.2 <= window.seconds <= 1.5
+    assert window.cpu_s["engine"] == window.cpu_s["trainer"] == 0.0
+    assert 0.5 * window.seconds <= window.cpu_s["host"] <= 1.1 * window.seconds
+    assert max(window.cores_busy) > 0.4 and window.floor_s == window.cpu_s["host"] / len(window.cores_busy)
+    with pytest.raises(ValueError, match="fewer than two CPU samples"):
+        sampler.window(end + 10, end + 11)
