@@ -191,6 +191,11 @@ def run(args: argparse.Namespace) -> BenchResult:
             timelines += [{**e, "run": label} for e in spans]
             if label == "verl sync":
                 sync_spans = spans
+            # Every finished run, kept in case a later run or the report fails.
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "stream-runs.json").write_text(json.dumps(
+                {"runs": runs, "sync_spans": sync_spans, "lengths": lengths, "setup": setup.__dict__}))
     result = report(runs, sync_spans, lengths, setup, args)
     result.events = timelines
     return result
@@ -479,8 +484,7 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
         headline.update({
             "disaggregated_onpolicy_speedup": round(disaggregated[0]["samples_per_s"] / base, 3),
             "disaggregated_async_speedup": round(disaggregated[1]["samples_per_s"] / base, 3),
-            "disaggregated_onpolicy_vs_fast_poll": round(disaggregated[0]["samples_per_s"]
-                                                         / runs["verl sync, 50 ms poll"]["samples_per_s"], 3),
+            "disaggregated_onpolicy_vs_fast_poll": ratio(ONPOLICY_DISAGG, fast_poll),
             "disaggregated_async_vs_verl_async": (round(disaggregated[1]["samples_per_s"] / max(verl_async), 3)
                                                   if verl_async else None),
             "disaggregated_max_idle_fraction": max((v for r in disaggregated for v in r["idle"].values()),

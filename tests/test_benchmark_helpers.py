@@ -106,8 +106,8 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     import argparse
     import math
 
-    from rlweave.benchmarks.stream import (ASYNC_PIPELINED, BALANCE_DEVICES, ONPOLICY_PIPELINED, SYNC_ROLLOUT_LP,
-                                           Setup, report)
+    from rlweave.benchmarks.stream import (ASYNC_DISAGG, ASYNC_PIPELINED, BALANCE_DEVICES, ONPOLICY_DISAGG,
+                                           ONPOLICY_PIPELINED, SYNC_ROLLOUT_LP, Setup, report)
 
     def run(step_s: float, gen_s: float, push_s: float) -> dict:
         return {"step_s": step_s, "samples_per_s": 32 / step_s, "verl_step_s": step_s, "dispatch_s": 0.1,
@@ -117,6 +117,7 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
                             "gen": gen_s, "update_weights": push_s}}
 
     runs = {"verl sync": run(3.0, 2.0, 0.05), SYNC_ROLLOUT_LP: run(2.8, 2.0, 0.05),
+            ONPOLICY_DISAGG: run(2.0, 0.8, 0.05), ASYNC_DISAGG: run(1.8, 0.2, 0.1),
             ONPOLICY_PIPELINED: run(1.7, 0.6, 0.05), ASYNC_PIPELINED: run(1.5, 0.1, 0.1)}
     runs[ASYNC_PIPELINED]["cpu"] = {"cores_busy": [0.97, 1.0], "floor_step_s": 1.45,
                                     "cpu_s_per_step": {"engine": 1.0, "trainer": 0.6, "host": 1.3}}
@@ -124,6 +125,8 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     lengths = [4, 8, 16, 32, 64, 118, 20, 30] * 2
     result = report(runs, engine, lengths, Setup(8, 4, 2, 8, 118), argparse.Namespace(seed=0, lengths=None, steps=6))
     assert math.isfinite(result.headline["pipelined_planner_error_async"])
+    # Without the 50 ms poll run its ratios are absent, not an error.
+    assert result.headline["disaggregated_onpolicy_vs_fast_poll"] is None
     assert result.headline["pipelined_async_speedup"] == 2.0
     simulated = result.details["planner"]["balanced_plans_simulated"]
     assert sorted(simulated) == sorted(BALANCE_DEVICES)
