@@ -49,15 +49,17 @@ class CpuWindow:
 class _Sample:
     at: float
     cores: list[tuple[float, float]]  # per core: (busy, total) seconds since boot
-    processes: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (role, CPU seconds)
+    # pid -> (role, CPU seconds, start time)
+    processes: dict[int, tuple[str, float, float]] = field(default_factory=dict)
 
 
 class CpuSampler:
     """Samples the process tree under ``root_pid`` and every core's times every ``interval_s``
     in a thread, from :meth:`start` until :meth:`stop`. A process that ends inside a window
-    is missed for that window (the run's processes live as long as the run)."""
+    is missed for that window (the run's processes live as long as the run). The sampler's own
+    CPU (a few percent of a core) is not the run's."""
 
-    def __init__(self, interval_s: float = 0.25) -> None:
+    def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self._samples: list[_Sample] = []
         self._stop = threading.Event()
@@ -84,16 +86,19 @@ class CpuSampler:
         if len(inside) < 2:
             raise ValueError(f"fewer than two CPU samples between {start:.2f} and {end:.2f}: the window is "
                              f"shorter than the sampling interval ({self.interval_s} s)")
-        return window_between(inside[0], inside[-1])
+        return window_of(inside)
 
 
-def window_between(first: _Sample, last: _Sample) -> CpuWindow:
+def window_of(samples: list[_Sample]) -> CpuWindow:
+    """CPU use from the first of ``samples`` to the last. A process counts from zero if it
+    started after the first sample, else from the first sample that saw it."""
+    first, last = samples[0], samples[-1]
     cores = tuple((b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
                   for (b0, t0), (b1, t1) in zip(first.cores, last.cores, strict=True))
     cpu_s = dict.fromkeys(ROLES, 0.0)
-    for pid, (role, seconds) in last.processes.items():
-        # a process that started inside the window counts from zero
-        cpu_s[role] += seconds - first.processes.get(pid, (role, 0.0))[1]
+    for pid, (role, seconds, started) in last.processes.items():
+        seen = next(s.processes[pid] for s in samples if pid in s.processes)
+        cpu_s[role] += seconds - (0.0 if started > first.at else seen[1])
     return CpuWindow(last.at - first.at, cores, cpu_s)
 
 
@@ -112,7 +117,8 @@ def _sample(root_pid: int) -> _Sample:
         try:
             with process.oneshot():
                 times = process.cpu_times()
-                sample.processes[process.pid] = (role_of(process.name()), times.user + times.system)
+                sample.processes[process.pid] = (role_of(process.name()), times.user + times.system,
+                                                 process.create_time())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return sample

@@ -219,11 +219,10 @@ def cpu_summary(sampler: Any, events: list[dict]) -> dict[str, Any]:
     share, CPU seconds per step by role, and the step had that work kept every core busy."""
     ends = sorted(e["ts"] / 1e6 for e in events if e["name"] == "step_end")
     window = sampler.window(ends[0], ends[-1])
-    steps = len(ends) - 1
+    per_step = 1 / window.seconds * (ends[-1] - ends[0]) / (len(ends) - 1)  # the sampled window is a bit shorter
     return {"cores_busy": [round(b, 3) for b in window.cores_busy],
-            "cpu_s_per_step": {role: round(s * window.seconds / (ends[-1] - ends[0]) / steps, 3)
-                               for role, s in window.cpu_s.items()},
-            "floor_step_s": round(window.floor_s * (ends[-1] - ends[0]) / window.seconds / steps, 3)}
+            "cpu_s_per_step": {role: round(s * per_step, 3) for role, s in window.cpu_s.items()},
+            "floor_step_s": round(window.floor_s * per_step, 3)}
 
 
 def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setup) -> dict[str, Any]:
