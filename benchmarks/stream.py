@@ -25,8 +25,10 @@ forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn
 Reported per run: seconds per step (by wall clock, from one step's end to the next, so that
 what verl does between steps counts) and samples/s over the steps after the first (which holds
 start-up), the idle fraction of each worker over those steps (vLLM engine iterations and the
-actor's stages, from rlweave's trace), rlweave's staleness histogram, and how long a fixed CPU
-workload took just before the run (this machine's speed drifts by tens of percent). The planner
+actor's stages, from rlweave's trace), rlweave's staleness histogram, how long a fixed CPU
+workload took just before the run (this machine's speed drifts by tens of percent), and where
+the CPU went over those steps (:mod:`rlweave.benchmarks.cpu_usage`: the host-side processes
+share the cores that stand for devices, so a worker's idle can be CPU they took). The planner
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
 measured in the verl sync run (engine tokens/s per batch size from its iterations; training
 seconds per sample from the trainer's busy time, its step less its waits for generation and the
