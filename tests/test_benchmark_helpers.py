@@ -158,7 +158,8 @@ def test_cpu_sampler_counts_the_run_process_tree_by_role():
     parent.wait()
     sampler.stop()
     window = sampler.window(start, end)
-    assert 1.2 <= window.seconds <= 1.5
+    # The window is read from samples inside the span asked for, never beyond it.
+    assert 0.0 < window.seconds <= end - start
     assert window.cpu_s["engine"] == window.cpu_s["trainer"] == 0.0
     # One spinning thread: some CPU however loaded the machine is, and at most a core.
     assert 0.05 < window.cpu_s["host"] <= 1.1 * window.seconds
