@@ -57,7 +57,7 @@ class CpuSampler:
     """Samples the process tree under ``root_pid`` and every core's times every ``interval_s``
     in a thread, from :meth:`start` until :meth:`stop`. A process that ends inside a window
     is missed for that window (the run's processes live as long as the run). The sampler's own
-    CPU (a few percent of a core) is not the run's."""
+    CPU is not counted as the run's."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
@@ -104,10 +104,10 @@ def window_of(samples: list[_Sample]) -> CpuWindow:
 
 def _sample(root_pid: int) -> _Sample:
     at = time.time()
-    cores = [(t.user + t.nice + t.system + t.irq + t.softirq + t.steal,
-              t.user + t.nice + t.system + t.irq + t.softirq + t.steal + t.idle + t.iowait)
-             for t in psutil.cpu_times(percpu=True)]
-    sample = _Sample(at, cores)
+    sample = _Sample(at, [])
+    for t in psutil.cpu_times(percpu=True):
+        busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+        sample.cores.append((busy, busy + t.idle + t.iowait))
     try:
         root = psutil.Process(root_pid)
         tree = [root, *root.children(recursive=True)]

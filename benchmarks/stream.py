@@ -62,11 +62,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
+
+if TYPE_CHECKING:
+    from rlweave.benchmarks.cpu_usage import CpuSampler
 
 TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
 DEFERRED_STAGES = ("update_actor",)  # what on-policy streaming runs after the step's last group
@@ -175,6 +178,8 @@ def run(args: argparse.Namespace) -> BenchResult:
     labels = [k for k in RUNS if k in chosen]
     runs: dict[str, dict[str, Any]] = {}
     timelines: list[dict] = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for label in tqdm(labels, desc="verl runs", file=sys.stderr):
             mode, extra, contended, pinned = RUNS[label]
@@ -194,8 +199,6 @@ def run(args: argparse.Namespace) -> BenchResult:
             if label == "verl sync":
                 sync_spans = spans
             # Every finished run, kept in case a later run or the report fails.
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
             (out / "stream-runs.json").write_text(json.dumps(
                 {"runs": runs, "sync_spans": sync_spans, "lengths": lengths, "setup": setup.__dict__}))
     result = report(runs, sync_spans, lengths, setup, args)
@@ -216,12 +219,13 @@ def machine_calibration_ms() -> float:
     return round(1e3 * statistics.median(times), 1)
 
 
-def cpu_summary(sampler: Any, events: list[dict]) -> dict[str, Any]:
+def cpu_summary(sampler: CpuSampler, events: list[dict]) -> dict[str, Any]:
     """CPU use over the steady steps (:mod:`rlweave.benchmarks.cpu_usage`): each core's busy
     share, CPU seconds per step by role, and the step had that work kept every core busy."""
     ends = sorted(e["ts"] / 1e6 for e in events if e["name"] == "step_end")
     window = sampler.window(ends[0], ends[-1])
-    per_step = 1 / window.seconds * (ends[-1] - ends[0]) / (len(ends) - 1)  # the sampled window is a bit shorter
+    # per step of the steps' span, of which the sampled window is a little shorter
+    per_step = (ends[-1] - ends[0]) / window.seconds / (len(ends) - 1)
     return {"cores_busy": [round(b, 3) for b in window.cores_busy],
             "cpu_s_per_step": {role: round(s * per_step, 3) for role, s in window.cpu_s.items()},
             "floor_step_s": round(window.floor_s * per_step, 3)}
