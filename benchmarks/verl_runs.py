@@ -24,7 +24,7 @@ from rlweave.tiny_models import ensure_tiny_model
 STANDALONE_ROLLOUT = ("actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
                       "actor_rollout_ref.rollout.checkpoint_engine.backend=gloo",
                       "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module="
-                      "rlweave.adapters.verl.gloo_checkpoint_engine")
+                      "rlweave.adapters.verl.cpu.gloo_checkpoint_engine")
 STREAM = ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.enable=true")
 STREAM_ASYNC = (*STREAM, "+rlweave.stream_generation.mode=async")
 # The trainer ranks hold no rollout replica: generation runs on the standalone pool only.
@@ -115,8 +115,8 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
 
 
 def verl_env(trace_dir: Path | None, pin_cores: bool = False) -> dict[str, str]:
-    """``pin_cores``: each logical GPU is one core (:mod:`rlweave.adapters.verl.cpu_cores`)."""
-    from rlweave.adapters.verl.cpu_cores import PIN_ENV
+    """``pin_cores``: each logical GPU is one core (:mod:`rlweave.adapters.verl.cpu.cores`)."""
+    from rlweave.adapters.verl.cpu.cores import PIN_ENV
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__") and k != PIN_ENV}
     env.update(VERL_PLATFORM="cpu", VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",

@@ -1,4 +1,4 @@
-"""RLWEAVE_CPU_PIN_DEVICES: a logical device is a core (rlweave.adapters.verl.cpu_cores).
+"""RLWEAVE_CPU_PIN_DEVICES: a logical device is a core (rlweave.adapters.verl.cpu.cores).
 
 The affinity and torch-thread calls are recorded, not made, so the test process stays as it was."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlweave.adapters.verl import cpu_cores
+from rlweave.adapters.verl.cpu import cores as cpu_cores
 
 
 @pytest.fixture

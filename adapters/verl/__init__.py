@@ -39,7 +39,7 @@ def _load() -> None:
         except Exception as error:  # verl would swallow it and fail later, far from the cause
             raise SystemExit(f"rlweave: could not enable verl's CPU platform (VERL_PLATFORM=cpu): "
                              f"{type(error).__name__}: {error}") from error
-        from rlweave.adapters.verl.cpu_cores import pin_ray_worker
+        from rlweave.adapters.verl.cpu.cores import pin_ray_worker
 
         pin_ray_worker()  # RLWEAVE_CPU_PIN_DEVICES=1: a logical GPU is a core
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))

@@ -34,7 +34,7 @@ from verl.checkpoint_engine import CheckpointEngineManager
 from verl.checkpoint_engine.base import _worker_cls
 from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
-from rlweave.adapters.verl.gloo_checkpoint_engine import STAGED_KEY
+from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import STAGED_KEY
 
 
 class OverlappedPush:

@@ -71,7 +71,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.skip import SkipManager
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
 
-from rlweave.adapters.verl.gloo_checkpoint_engine import GlooCheckpointEngine
+from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 from rlweave.adapters.verl.overlapped_push import OverlappedPush
 from rlweave.config import StreamGenerationConfig
 from rlweave.host import get_host
@@ -431,7 +431,7 @@ def _check_standalone_pool(config: Any) -> None:
         raise ValueError("rlweave stream with actor_rollout_ref.hybrid_engine=False pushes weights to other devices, "
                          "which verl's 'naive' checkpoint engine cannot: set actor_rollout_ref.rollout.checkpoint_engine."
                          "backend (on CPU: backend=gloo and custom_backend_module="
-                         "rlweave.adapters.verl.gloo_checkpoint_engine)")
+                         "rlweave.adapters.verl.cpu.gloo_checkpoint_engine)")
 
 
 def _prompt_chars(batch: Any, i: int) -> int:

@@ -31,7 +31,7 @@ def register() -> None:
 
     version = require_supported("vllm")
     if on_verl_cpu:
-        from rlweave.adapters.verl.cpu_cores import pin_engine
+        from rlweave.adapters.verl.cpu.cores import pin_engine
 
         apply_patches("vllm", version, VERL_CPU)
         pin_engine()  # RLWEAVE_CPU_PIN_DEVICES=1: the replica's logical GPUs are its cores

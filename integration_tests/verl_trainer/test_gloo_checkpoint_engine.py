@@ -45,7 +45,7 @@ async def async_weights(update: int) -> AsyncIterator[tuple[str, torch.Tensor]]:
 
 
 def worker(role: str, index: int, conn: Any, updates: int) -> None:
-    from rlweave.adapters.verl.gloo_checkpoint_engine import GlooCheckpointEngine
+    from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 
     engine = GlooCheckpointEngine(bucket_size=BUCKET, is_master=(role == "actor" and index == 0),
                                   timeout_s=60, host="127.0.0.1")
@@ -77,7 +77,7 @@ def worker(role: str, index: int, conn: Any, updates: int) -> None:
 
 @pytest.mark.timeout(300)
 def test_gloo_engine_moves_weights_bit_exact_across_buckets_and_updates():
-    from rlweave.adapters.verl.gloo_checkpoint_engine import GlooCheckpointEngine
+    from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 
     updates = 2
     ctx = mp.get_context("spawn")
@@ -128,7 +128,7 @@ def test_staged_send_hands_the_weights_over_through_the_object_store():
     the reference yields them bit for bit, even after the trainer changed its own in place."""
     import ray
 
-    from rlweave.adapters.verl.gloo_checkpoint_engine import STAGED_KEY, GlooCheckpointEngine
+    from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import STAGED_KEY, GlooCheckpointEngine
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:

@@ -36,7 +36,7 @@ def enable_cpu_support(verl_version: str) -> None:
     if _enabled:
         return
     # The platform first: importing verl's engines already asks for the current platform.
-    from rlweave.adapters.verl import cpu_platform  # noqa: F401  (registers "cpu")
+    from rlweave.adapters.verl.cpu import platform  # noqa: F401  (registers "cpu")
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 

@@ -9,7 +9,7 @@ gloo process group built for the transfer alone, with CPU tensors and no CUDA st
 Load it with::
 
     actor_rollout_ref.rollout.checkpoint_engine.backend=gloo
-    actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=rlweave.adapters.verl.gloo_checkpoint_engine
+    actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=rlweave.adapters.verl.cpu.gloo_checkpoint_engine
 
 (verl imports ``custom_backend_module`` on the trainer, on every actor worker and on every
 rollout checkpoint-engine worker before it builds the engine, so importing this module is what
