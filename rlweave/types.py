@@ -46,11 +46,22 @@ class StageContext:
 
 
 @dataclass(frozen=True)
-class TrainerMode:
-    """A trainer organisation chosen by a plugin: the verl trainer mode to run, and why."""
+class SettingRequirement:
+    """A framework setting that an enabled plugin needs in order to work.
 
-    name: str
-    reason: str = ""
+    ``key`` is the framework's dotted config key (verl: ``trainer.v1.trainer_mode``); its value
+    must be one of ``allowed``. ``default`` is the framework's own value when the key is not set
+    (``None``: not known, so an unset key is not checked). ``why`` says, in words, what breaks
+    otherwise; ``plugin`` is the config section that needs it. Adapters check these before a
+    run starts, so that a setting a plugin cannot honour, or two plugins that need different
+    values of one setting, stop the run with one message instead of a silent no-op.
+    """
+
+    key: str
+    allowed: tuple[str, ...]
+    default: str | None
+    why: str
+    plugin: str
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ rlweave off.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-from rlweave.config import ConfigError, RlweaveConfig, settings_from_overrides
+from rlweave.config import ConfigError, settings_from_overrides
 from rlweave.frameworks import (
     UnsupportedFrameworkError,
     require_supported,
@@ -26,7 +27,8 @@ from rlweave.frameworks import (
 )
 from rlweave.host import activate
 from rlweave.patches import EXPERT_PLACEMENT, PLUGINS, REQUEST_PRIORITY, PatchVersionError, apply_patches
-from rlweave.types import FrameworkInfo
+from rlweave.requirements import check_requirements, gathered
+from rlweave.types import FrameworkInfo, SettingRequirement
 
 
 def _load() -> None:
@@ -45,7 +47,8 @@ def _load() -> None:
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
-    _check_command_line(host.config, sys.argv[1:])
+    requirements = gathered(host.hook.rlweave_framework_requirements(framework="verl"))
+    _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
     if host.implements("rlweave_expert_placement"):  # ReLibra: plan where verl replays routing
@@ -54,9 +57,7 @@ def _load() -> None:
         apply_patches("verl", version, REQUEST_PRIORITY)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
-    if host.config.stream_generation.enable:  # before install(), so that the mode is traced too
-        from rlweave.adapters.verl import stream_trainer  # noqa: F401  (registers the trainer mode)
-
+    _register_trainer_modes(requirements)  # before install(), so that the modes are traced too
     if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
         from rlweave.adapters.verl.trainer import install
 
@@ -65,44 +66,29 @@ def _load() -> None:
     host.hook.rlweave_framework_loaded(framework=FrameworkInfo("verl", version, _process_role()))
 
 
-PRIORITY_POLICY = "actor_rollout_ref.rollout.scheduling_policy=priority"
-# Rollout engines that schedule by request priority once verl passes it on (vLLM natively,
-# SGLang through the verl_sglang_priority patch).
-PRIORITY_ENGINES = ("vllm", "sglang")
-STREAM_MODE = "trainer.v1.trainer_mode=rlweave_stream"
-# Advantage estimators whose statistics stay within a GRPO group, so a streamed mini-batch of
-# complete groups gets the advantages the whole batch would give it. GAE, REINFORCE++ and ReMax
-# whiten over the whole batch.
-STREAMABLE_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg")
+TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
+# rlweave's verl trainer modes, by the name verl selects them with, and the module that registers
+# each one with verl's ``register_trainer``.
+TRAINER_MODES = {"rlweave_stream": "rlweave.adapters.verl.stream_trainer"}
 
 
-def _check_command_line(config: RlweaveConfig, argv: list[str]) -> None:
-    """rlweave flags that only work with a verl setting on the same command line."""
+def _register_trainer_modes(requirements: list[SettingRequirement]) -> None:
+    """Import the modules of the rlweave trainer modes that an enabled plugin needs."""
+    for r in requirements:
+        if r.key == TRAINER_MODE_KEY:
+            for mode in r.allowed:
+                if mode in TRAINER_MODES:
+                    importlib.import_module(TRAINER_MODES[mode])
+
+
+def _check_command_line(requirements: list[SettingRequirement], argv: list[str]) -> None:
+    """The plugins' verl requirements, against the command line that configured rlweave (in
+    other processes, such as Ray workers, the driver has checked them already)."""
     overrides = [a.lstrip("+") for a in argv]
     if not any(a.startswith("rlweave.") for a in overrides):
-        return  # not the command line that configured rlweave (a Ray worker, a child process)
-    if config.agentic_rollout.enable:
-        engine = next((a.split("=", 1)[1] for a in overrides if a.startswith("actor_rollout_ref.rollout.name=")),
-                      None)
-        if engine is not None and engine not in PRIORITY_ENGINES:
-            raise ConfigError(
-                f"rlweave.agentic_rollout gives each turn an engine priority, which verl passes only to "
-                f"vLLM and (with rlweave's patch) SGLang, not to rollout.name={engine}; use "
-                f"actor_rollout_ref.rollout.name=vllm or sglang")
-        if PRIORITY_POLICY not in overrides:
-            raise ConfigError(
-                "rlweave.agentic_rollout gives each turn an engine priority, which vLLM and SGLang ignore "
-                f"under verl's default FCFS scheduling policy; add {PRIORITY_POLICY} (for SGLang rlweave "
-                "then turns on SGLang's priority scheduling, lower values first)")
-    if config.stream_generation.enable:
-        if STREAM_MODE not in overrides:
-            raise ConfigError(f"rlweave.stream_generation runs as verl's trainer mode 'rlweave_stream'; add {STREAM_MODE}")
-        estimator = next((a.split("=", 1)[1] for a in overrides if a.startswith("algorithm.adv_estimator=")), "gae")
-        if estimator not in STREAMABLE_ESTIMATORS:
-            raise ConfigError(
-                f"rlweave.stream_generation trains on mini-batches of complete GRPO groups as they finish, "
-                f"but algorithm.adv_estimator={estimator} normalises over the whole batch; use one of "
-                f"{', '.join(STREAMABLE_ESTIMATORS)}")
+        return
+    values = dict(a.split("=", 1) for a in overrides if "=" in a)
+    check_requirements(requirements, values, "verl command line")
 
 
 def _process_role() -> str:

@@ -54,7 +54,7 @@ def test_a_misspelt_flag_stops_verls_own_trainer_with_one_clear_message():
 def test_agentic_rollout_without_priority_scheduling_is_refused():
     proc = python("-m", "verl.trainer.main_ppo", "+rlweave.agentic_rollout.enable=true")
     assert proc.returncode != 0
-    assert "add actor_rollout_ref.rollout.scheduling_policy=priority" in proc.stderr
+    assert "set actor_rollout_ref.rollout.scheduling_policy=priority" in proc.stderr
 
 
 @pytest.mark.timeout(200)
@@ -62,34 +62,43 @@ def test_agentic_rollout_on_an_engine_without_request_priorities_is_refused():
     proc = python("-m", "verl.trainer.main_ppo", "+rlweave.agentic_rollout.enable=true",
                   "actor_rollout_ref.rollout.name=trtllm", "actor_rollout_ref.rollout.scheduling_policy=priority")
     assert proc.returncode != 0
-    assert "not to rollout.name=trtllm; use actor_rollout_ref.rollout.name=vllm or sglang" in proc.stderr
+    assert ("actor_rollout_ref.rollout.name=trtllm (from verl command line), but rlweave.agentic_rollout needs "
+            "actor_rollout_ref.rollout.name in {vllm, sglang}") in proc.stderr
+
+
+def check_command_line(argv: list[str]) -> None:
+    """The check the adapter runs at ``import verl`` in verl's driver, through the host."""
+    from rlweave.adapters.verl import _check_command_line
+    from rlweave.config import settings_from_overrides
+    from rlweave.host import activate, reset
+    from rlweave.requirements import gathered
+
+    try:
+        host = activate(settings_from_overrides(argv), export_env=False)
+        _check_command_line(gathered(host.hook.rlweave_framework_requirements(framework="verl")), argv)
+    finally:
+        reset()
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_agentic_rollout_accepts_vllm_and_sglang_with_priority_scheduling(engine):
-    from rlweave.adapters.verl import _check_command_line
-    from rlweave.config import build_config, settings_from_overrides
-
-    argv = ["+rlweave.agentic_rollout.enable=true", f"actor_rollout_ref.rollout.name={engine}",
-            "actor_rollout_ref.rollout.scheduling_policy=priority"]
-    _check_command_line(build_config(settings_from_overrides(argv)), argv)  # does not raise
+    check_command_line(["+rlweave.agentic_rollout.enable=true", f"actor_rollout_ref.rollout.name={engine}",
+                        "actor_rollout_ref.rollout.scheduling_policy=priority"])  # does not raise
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ((), "add trainer.v1.trainer_mode=rlweave_stream"),
-    (("trainer.v1.trainer_mode=rlweave_stream",), "algorithm.adv_estimator=gae normalises over the whole batch"),
+    ((), "trainer.v1.trainer_mode=sync (the default), but rlweave.stream_generation needs"),
+    (("trainer.v1.trainer_mode=rlweave_stream",),
+     "algorithm.adv_estimator=gae (the default), but rlweave.stream_generation needs"),
 ])
 def test_stream_generation_refuses_a_command_line_it_cannot_honour(args, message):
-    """The same check the adapter runs at ``import verl`` in verl's driver (the path to the
-    user's terminal is shown by the agentic test above)."""
-    from rlweave.adapters.verl import _check_command_line
-    from rlweave.config import ConfigError, build_config, settings_from_overrides
+    """The path to the user's terminal is shown by the agentic test above."""
+    from rlweave.config import ConfigError
 
     argv = ["+rlweave.stream_generation.enable=true", *args]
     with pytest.raises(ConfigError, match=re.escape(message)):
-        _check_command_line(build_config(settings_from_overrides(argv)), argv)
-    ok = [*argv, "trainer.v1.trainer_mode=rlweave_stream", "algorithm.adv_estimator=grpo"]
-    _check_command_line(build_config(settings_from_overrides(ok)), ok)
+        check_command_line(argv)
+    check_command_line([*argv, "trainer.v1.trainer_mode=rlweave_stream", "algorithm.adv_estimator=grpo"])
 
 
 @pytest.mark.timeout(300)

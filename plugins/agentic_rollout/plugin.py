@@ -13,7 +13,13 @@ from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.agentic_rollout.orchestrator import OrchestratorSettings, TrajectoryOrchestrator
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
-from rlweave.types import InstanceLoad, TrajectoryEvent, TrajectoryEventKind, TrajectoryInfo
+from rlweave.types import (
+    InstanceLoad,
+    SettingRequirement,
+    TrajectoryEvent,
+    TrajectoryEventKind,
+    TrajectoryInfo,
+)
 
 orchestrator: TrajectoryOrchestrator | None = None
 
@@ -32,6 +38,23 @@ def rlweave_configure(config: RlweaveConfig) -> None:
                            c.prefill_us_per_token / 1e6)
     orchestrator = TrajectoryOrchestrator(
         cost, OrchestratorSettings(c.queue_weight, c.replan_s, c.migrate_fraction))
+
+
+# verl passes request priorities to vLLM natively and to SGLang through rlweave's
+# verl_sglang_priority patch; both schedule by them only under the priority policy.
+VERL_REQUIREMENTS = (
+    SettingRequirement("actor_rollout_ref.rollout.name", ("vllm", "sglang"), None,
+                       "each turn gets an engine priority, which verl passes only to vLLM and, with "
+                       "rlweave's patch, SGLang", "agentic_rollout"),
+    SettingRequirement("actor_rollout_ref.rollout.scheduling_policy", ("priority",), "fcfs",
+                       "the engines ignore request priorities under FCFS; for SGLang rlweave then turns "
+                       "on its priority scheduling, lower values first", "agentic_rollout"),
+)
+
+
+@hookimpl
+def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
+    return VERL_REQUIREMENTS if framework == "verl" else ()
 
 
 @hookimpl

@@ -14,7 +14,7 @@ from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.stream_generation.ranker import LengthRanker
 from rlweave.plugins.stream_generation.stream import groups_to_take
-from rlweave.types import PromptInfo, SampleRecord
+from rlweave.types import PromptInfo, SampleRecord, SettingRequirement
 
 ranker: LengthRanker | None = None
 skewness_dispatch = True
@@ -36,6 +36,24 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     # On-policy, the trainer consumes this very batch as it streams; async, it takes it a step
     # later, when only the batch's makespan matters.
     long_tail_fraction = c.long_tail_fraction if c.mode == "on_policy" else 1.0
+
+
+# Advantage estimators whose statistics stay within a GRPO group, so a streamed mini-batch of
+# complete groups gets the advantages the whole batch would give it. GAE, REINFORCE++ and ReMax
+# whiten over the whole batch.
+STREAMABLE_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg")
+VERL_REQUIREMENTS = (
+    SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync",
+                       "stream generation runs as rlweave's verl trainer mode", "stream_generation"),
+    SettingRequirement("algorithm.adv_estimator", STREAMABLE_ESTIMATORS, "gae",
+                       "it trains on mini-batches of complete GRPO groups as they finish, so the "
+                       "advantages must not normalise over the whole batch", "stream_generation"),
+)
+
+
+@hookimpl
+def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
+    return VERL_REQUIREMENTS if framework == "verl" else ()
 
 
 @hookimpl

@@ -9,16 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlweave.hookspecs import hookspec
-from rlweave.types import StageContext, TrainerMode
-
-
-@hookspec(firstresult=True)
-def rlweave_trainer_mode(config: Any) -> TrainerMode | None:
-    """Choose how the trainer loop is organised (e.g. stream generation, fused stages).
-
-    Called once by the verl adapter before the trainer is built. Return ``None`` to keep verl's
-    own loop (the mode in ``trainer.v1.trainer_mode``).
-    """
+from rlweave.types import StageContext
 
 
 @hookspec(firstresult=True)
