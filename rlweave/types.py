@@ -126,6 +126,33 @@ class SampleRecord:
 
 
 @dataclass(frozen=True)
+class StreamSettings:
+    """How a streaming trainer runs (verl trainer mode ``rlweave_stream``): ``mode``
+    ``"on_policy"`` (every sample generated with the weights its step started from) or
+    ``"async"`` (at most ``max_staleness`` weight versions old); ``poll_s``: how often it looks
+    for finished groups."""
+
+    mode: str = "on_policy"
+    max_staleness: int = 1
+    poll_s: float = 0.05
+
+
+@dataclass(frozen=True)
+class DynamicBatchRequest:
+    """A streaming trainer that could take a dynamic batch now. Counts are of GRPO groups:
+    ``ready_due`` and ``pending_due`` finished and still-generating groups whose staleness
+    bound this step is the last to meet (the trainer drops them after it), ``ready_other`` the
+    other finished groups; ``minibatch``: groups per PPO mini-batch; ``most``: groups the step
+    still needs."""
+
+    ready_due: int
+    ready_other: int
+    pending_due: int
+    minibatch: int
+    most: int
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """An inference engine instance and its capacity."""
 

@@ -73,9 +73,8 @@ from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServer
 
 from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 from rlweave.adapters.verl.overlapped_push import OverlappedPush
-from rlweave.config import StreamGenerationConfig
 from rlweave.host import get_host
-from rlweave.types import PromptInfo, SampleRecord, Stage
+from rlweave.types import DynamicBatchRequest, PromptInfo, SampleRecord, Stage, StreamSettings
 
 TRAINER_MODE = "rlweave_stream"
 METRIC = "rlweave/stream"
@@ -150,8 +149,9 @@ class StreamReplayBuffer(ReplayBufferAsync):
 
         ready_due = sum(map(due, ready))
         pending_due = sum(map(due, self.pending_keys["train"] | self.running_keys["train"]))
-        count = get_host().hook.rlweave_dynamic_batch(ready_due=ready_due, ready_other=len(ready) - ready_due,
-                                                      pending_due=pending_due, minibatch=multiple, most=most)
+        count = get_host().hook.rlweave_dynamic_batch(request=DynamicBatchRequest(
+            ready_due=ready_due, ready_other=len(ready) - ready_due, pending_due=pending_due, minibatch=multiple,
+            most=most))
         return min(len(ready) // multiple * multiple, most) if count is None else count
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -192,7 +192,7 @@ class RlweaveStreamTrainer(PPOTrainer):
     """verl's PPO trainer, fed by stream generation (see the module docstring)."""
 
     def __init__(self, config: Any) -> None:
-        self.stream: StreamGenerationConfig = get_host().config.stream_generation
+        self.stream = _stream_settings()
         # Read by verl's PPOTrainer._setup: False gives the trainer ranks no rollout replica.
         self._enable_hybrid_replicas = bool(config.actor_rollout_ref.get("hybrid_engine", True))
         if not self._enable_hybrid_replicas:
@@ -397,6 +397,15 @@ class RlweaveStreamTrainer(PPOTrainer):
                 batch = self._compute_values(batch, metrics=metrics)
         with marked_timer("adv", timing_raw, color="brown"):
             return self._compute_advantage(batch, metrics=metrics)
+
+
+def _stream_settings() -> StreamSettings:
+    """How to stream, from the enabled plugins (``rlweave_stream_settings``)."""
+    settings = get_host().hook.rlweave_stream_settings()
+    if settings is None:
+        raise ValueError(f"trainer.v1.trainer_mode={TRAINER_MODE} streams for an rlweave plugin, and none that "
+                         f"streams is enabled: add +rlweave.stream_generation.enable=true")
+    return settings
 
 
 def _why_updates_wait(config: Any) -> str | None:

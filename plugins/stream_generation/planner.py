@@ -11,8 +11,7 @@ real engines and trainer and searches every split of every hardware pool:
 Prediction of one step, for ``workload.lengths`` [groups, group_size] output tokens in dispatch
 order (sort them by the ranker's scores for skewness-aware dispatch):
 
-- **Generation** is simulated event by event. Engines pull whole groups from one queue (as
-  producers claim from :class:`~rlweave.plugins.stream_generation.stream.SampleStream`) while
+- **Generation** is simulated event by event. Engines pull whole groups from one queue while
   they have a free batch slot, and run continuous batching: with ``b`` sequences running, an
   instance makes ``tokens_per_s(b)`` tokens/s (the profile, linearly interpolated), shared
   equally. This is what exposes the skewness bubble: in the tail ``b`` drops and so does
@@ -32,7 +31,7 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
 - ``async`` (staleness 1) is simulated over several steps (:func:`simulate_async`), since
   its step is not a formula of one batch: the engines run the older batch's tail beside the
   next batch's prompts, the trainer takes dynamic batches of whatever is ready (the due groups
-  first, keeping room for those still generating, as :func:`~.stream.groups_to_take` decides),
+  first, keeping room for those still generating, as :func:`~.dynamic_batch.groups_to_take` decides),
   and at each step's end the trainer pushes weights (``weight_sync_s``) and the engines pause
   until the push has loaded (``dispatch_s`` after it), when the next batch joins the queue.
   The engines serve the queue in the order of submission, oldest batch first (vLLM's FCFS).
@@ -51,7 +50,8 @@ from itertools import product
 
 import numpy as np
 
-from rlweave.plugins.stream_generation.stream import groups_to_take
+from rlweave.plugins.stream_generation.dynamic_batch import groups_to_take
+from rlweave.types import DynamicBatchRequest
 
 ASYNC_STALENESS = 1  # weight versions an async sample may lag (verl's threshold is one more)
 ASYNC_DEFAULT_STEPS = 6  # batches simulated when the workload gives only one (it repeats)
@@ -311,7 +311,7 @@ def simulate_async(batches: list[np.ndarray], engines: list[GenerationProfile], 
     The first ``staleness + 1`` batches are submitted at the start; the end of step ``s``
     submits batch ``s + staleness``. A group is due at the last step its staleness bound allows
     (the step after its batch's, with staleness 1); the trainer takes the ready groups oldest
-    first, as many as :func:`~.stream.groups_to_take` allows, ``seconds_per_group`` each.
+    first, as many as :func:`~.dynamic_batch.groups_to_take` allows, ``seconds_per_group`` each.
     """
     steps, per_step = len(batches) - staleness, len(batches[0])
     if steps < 2:
@@ -328,8 +328,9 @@ def simulate_async(batches: list[np.ndarray], engines: list[GenerationProfile], 
         batching.run_until(now)
         ready = ~taken[:submitted] & (batching.done[:submitted] + workload.delivery_s <= now)
         due = ~taken[:submitted] & (tag[:submitted] <= step - staleness)
-        count = groups_to_take(int((ready & due).sum()), int((ready & ~due).sum()), int((due & ~ready).sum()),
-                               workload.minibatch_groups, per_step - got)
+        count = groups_to_take(DynamicBatchRequest(int((ready & due).sum()), int((ready & ~due).sum()),
+                                                   int((due & ~ready).sum()), workload.minibatch_groups,
+                                                   per_step - got))
         if not count:
             arrivals = batching.done[:submitted][~ready] + workload.delivery_s
             now = min(batching.next_event_s(), float(arrivals[arrivals > now].min(initial=np.inf)))

@@ -1,5 +1,5 @@
-"""Hook implementations of the stream_generation plugin (StreamRL): skewness-aware dispatch,
-and the size of each dynamic batch.
+"""Hook implementations of the stream_generation plugin (StreamRL): how the stream trainer
+streams, skewness-aware dispatch, and the size of each dynamic batch.
 
 One :class:`LengthRanker` per process. The adapter must fire ``rlweave_dispatch_order`` and
 ``rlweave_sample_finished`` in the same process (the one that submits prompts to the stream),
@@ -12,13 +12,14 @@ from collections.abc import Sequence
 
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
+from rlweave.plugins.stream_generation.dynamic_batch import groups_to_take
 from rlweave.plugins.stream_generation.ranker import LengthRanker
-from rlweave.plugins.stream_generation.stream import groups_to_take
-from rlweave.types import PromptInfo, SampleRecord, SettingRequirement
+from rlweave.types import DynamicBatchRequest, PromptInfo, SampleRecord, SettingRequirement, StreamSettings
 
 ranker: LengthRanker | None = None
 skewness_dispatch = True
 long_tail_fraction = 1.0
+settings = StreamSettings()
 
 
 def _ranker() -> LengthRanker:
@@ -29,8 +30,9 @@ def _ranker() -> LengthRanker:
 
 @hookimpl
 def rlweave_configure(config: RlweaveConfig) -> None:
-    global ranker, skewness_dispatch, long_tail_fraction
+    global ranker, skewness_dispatch, long_tail_fraction, settings
     c = config.stream_generation
+    settings = StreamSettings(c.mode, c.max_staleness, c.poll_s)
     ranker = LengthRanker(decay=c.ranker_decay, min_samples=c.ranker_min_samples)
     skewness_dispatch = c.skewness_dispatch
     # On-policy, the trainer consumes this very batch as it streams; async, it takes it a step
@@ -72,5 +74,10 @@ def rlweave_sample_finished(sample: SampleRecord) -> None:
 
 
 @hookimpl
-def rlweave_dynamic_batch(ready_due: int, ready_other: int, pending_due: int, minibatch: int, most: int) -> int:
-    return groups_to_take(ready_due, ready_other, pending_due, minibatch, most)
+def rlweave_stream_settings() -> StreamSettings:
+    return settings
+
+
+@hookimpl
+def rlweave_dynamic_batch(request: DynamicBatchRequest) -> int:
+    return groups_to_take(request)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlweave.hookspecs import hookspec
-from rlweave.types import StageContext
+from rlweave.types import DynamicBatchRequest, StageContext, StreamSettings
 
 
 @hookspec(firstresult=True)
@@ -28,13 +28,21 @@ def rlweave_step_end(step: int, metrics: dict[str, float]) -> None:
 
 
 @hookspec(firstresult=True)
-def rlweave_dynamic_batch(ready_due: int, ready_other: int, pending_due: int, minibatch: int, most: int) -> int | None:
-    """How many finished groups a streaming trainer takes now: a whole number of ``minibatch``
-    groups, at most ``most`` (what its step still needs); 0 waits for more.
+def rlweave_stream_settings() -> StreamSettings | None:
+    """How the ``rlweave_stream`` trainer streams: on-policy or async, the staleness bound and
+    the poll interval.
+
+    Called once by the verl adapter's stream trainer when verl builds it. ``None`` from every
+    plugin: no enabled plugin streams, and the trainer refuses to start.
+    """
+
+
+@hookspec(firstresult=True)
+def rlweave_dynamic_batch(request: DynamicBatchRequest) -> int | None:
+    """How many finished groups a streaming trainer takes now: a whole number of
+    ``request.minibatch`` groups, at most ``request.most`` (what its step still needs); 0
+    waits for more. The due groups are taken first.
 
     Called by the ``rlweave_stream`` trainer at every poll while it waits for a dynamic batch.
-    ``ready_due`` and ``pending_due``: finished and still-generating groups whose staleness
-    bound this step is the last to meet (the trainer drops them after it); ``ready_other``: the
-    other finished groups. The due groups are taken first. ``None``: every finished group, up
-    to ``most``.
+    ``None``: every finished group, up to ``most``.
     """
