@@ -1,4 +1,4 @@
-"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``demo``, ``models``.
+"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``demo``, ``models``.
 
 Commands that need a framework this interpreter lacks re-launch themselves in the environment
 that has it (see :mod:`rlweave.environments`).
@@ -26,7 +26,7 @@ def console() -> Console:
 def table_of(title: str, rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for header in rows[0]:
-        table.add_column(header)
+        table.add_column(header, overflow="fold")
     for row in rows[1:]:
         table.add_row(*row)
     return table
@@ -36,7 +36,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rlweave.doctor import report
 
     out = console()
-    for title, rows in report():
+    for title, rows in report(here_only=args.here):
         out.print(table_of(title, rows))
     return 0
 
@@ -76,6 +76,23 @@ def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     return run_demo(Path(args.out))
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rlweave.plugins.stream_generation.plan_command import run
+    from rlweave.plugins.stream_generation.planner import PlanError
+
+    try:
+        result = run(args)
+    except PlanError as error:
+        print(f"rlweave plan stream: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "describe"}))
+    else:
+        print(result["describe"])
+        print("(predicted by the planner's model from the measured profiles: a planning figure, not a measurement)")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from rlweave.tiny_models import MODEL_NAMES, ensure_tiny_model
 
@@ -89,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="rlweave", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="frameworks, versions, plugins and patches")
+    doctor = sub.add_parser("doctor", help="frameworks, versions, entry points, which plugins work, patches")
+    doctor.add_argument("--here", action="store_true",
+                        help="this interpreter only, not every environment of the CPU rig")
     bench = sub.add_parser("bench", help="run one benchmark side by side with the framework default")
     bench_sub = bench.add_subparsers(dest="name", required=True)
     for b in BENCHMARKS.values():
@@ -98,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--out", default="bench-results", help="folder for the JSON and PNG")
         b.add_arguments(p)
+    plan = sub.add_parser("plan", help="plan resources from measured profiles (simulated)")
+    plan_sub = plan.add_subparsers(dest="planner", required=True)
+    from rlweave.plugins.stream_generation import plan_command
+
+    plan_command.add_arguments(plan_sub.add_parser(
+        "stream", help="StreamRL: generation and training instances per pool, and the predicted step"))
     demo = sub.add_parser("demo", help="the end-to-end showcase on CPU")
     demo.add_argument("--out", default="bench-results/demo")
     models = sub.add_parser("models", help="build the tiny random-weight models (cached)")
@@ -114,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_bench(args, argv)
     if args.command == "demo":
         return cmd_demo(args, argv)
+    if args.command == "plan":
+        return cmd_plan(args)
     return cmd_models(args)
 
 

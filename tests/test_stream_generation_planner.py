@@ -1,7 +1,11 @@
 """StreamRL's resource planner: the generation simulation, the step model of each mode, the
-split search on homogeneous and heterogeneous pools, and clear errors for plans that cannot fit."""
+split search on homogeneous and heterogeneous pools, clear errors for plans that cannot fit,
+and ``rlweave plan stream``."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import numpy as np
 import pytest
@@ -212,3 +216,45 @@ def test_workload_following_batches_cycle_and_must_match() -> None:
     assert [x[0, 0] for x in Workload(a, 1, following=(b,)).batches(5)] == [1, 3, 1, 3, 1]
     with pytest.raises(ValueError, match="following batch must have the shape"):
         Workload(a, 1, following=(np.ones((3, 2)),))
+
+
+def profile_file(tmp_path, **changes: object) -> str:
+    data = {"pools": [{"name": "gpu", "devices": 8,
+                       "generation": {"batch_sizes": [1, 8], "tokens_per_s": [100.0, 400.0]},
+                       "training": {"seconds_per_sample": 0.05}}],
+            "weight_sync_s": 0.1, "lengths": [10, 20, 40, 80, 160, 30, 25, 12]} | changes
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_plan_stream_command_prints_the_best_split(tmp_path, capsys) -> None:
+    from rlweave.cli import main
+
+    assert main(["plan", "stream", "--profile", profile_file(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["simulated"] and out["mode"] == "async"
+    engines, trainers = out["generation"]["gpu"], out["training"]["gpu"]
+    assert engines >= 1 and trainers >= 1 and engines + trainers <= 8
+    assert out["step_s"] > 0 and 0 <= out["generation_idle"] <= 1
+    assert main(["plan", "stream", "--profile", profile_file(tmp_path), "--devices", "16", "--mode", "on_policy"]) == 0
+    assert "StreamRL plan (on_policy)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("changes", "args", "message"), [
+    ({"pools": []}, [], "needs \"pools\", a non-empty list"),
+    ({"lengths": []}, [], "has no \"lengths\": give --lengths FILE"),
+    ({"pools": [{"name": "gpu", "devices": 8, "generation": {"batch_sizes": [2, 8], "tokens_per_s": [1, 2]}}]}, [],
+     "pools\\[0\\].generation: bad GenerationProfile"),
+    ({"pools": [{"name": "gpu", "devices": 1, "generation": {"batch_sizes": [1], "tokens_per_s": [1.0]},
+                 "training": {"seconds_per_sample": 1.0}}]}, [], "cannot hold a generation instance and a training"),
+    ({}, ["--lengths", "BAD"], "BAD:2: expected a JSON object with an integer output_len"),
+])
+def test_plan_stream_command_names_what_is_wrong(tmp_path, capsys, changes, args, message) -> None:
+    from rlweave.cli import main
+
+    bad = tmp_path / "lengths.jsonl"
+    bad.write_text('{"output_len": 3}\n{"len": 4}\n')
+    args = [str(bad) if a == "BAD" else a for a in args]
+    assert main(["plan", "stream", "--profile", profile_file(tmp_path, **changes), *args]) == 2
+    assert re.search(message.replace("BAD", re.escape(str(bad))), capsys.readouterr().err)
