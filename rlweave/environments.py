@@ -1,7 +1,10 @@
-"""rlweave's framework environments and re-launching a command in the one that holds a framework.
+"""The repository's CPU rig (its framework environments) and re-launching a command in the one
+that holds a framework.
 
 ``scripts/setup_envs.sh`` builds them beside each other in the checkout (see
-:data:`ENVIRONMENTS`). ``RLWEAVE_ENVS_DIR`` points elsewhere when they live elsewhere.
+:data:`ENVIRONMENTS`). ``RLWEAVE_ENVS_DIR`` points elsewhere when they live elsewhere. rlweave
+installed from a wheel into a user's environment has no rig: every command runs in the
+interpreter it was started with.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ ENVIRONMENTS: dict[str, str] = {
 }
 
 
-def envs_dir() -> Path:
+def rig_dir() -> Path | None:
+    """The folder that holds the rig's environments, or None outside the rig."""
     if "RLWEAVE_ENVS_DIR" in os.environ:
         return Path(os.environ["RLWEAVE_ENVS_DIR"])
-    prefix = Path(sys.prefix)
-    if prefix.name in ENVIRONMENTS:
-        return prefix.parent
-    return Path(__file__).resolve().parent.parent  # an editable install: the checkout
+    checkout = Path(__file__).resolve().parent.parent  # an editable install: the checkout
+    return checkout if (checkout / "scripts" / "setup_envs.sh").is_file() else None
+
+
+def envs_dir() -> Path:
+    return rig_dir() or Path(sys.prefix).parent
 
 
 def site_packages(env: str) -> list[Path]:
@@ -50,6 +56,12 @@ def ensure_modules(modules: tuple[str, ...], env: str, argv: list[str]) -> None:
     (this process is replaced), or stop with a clear error when ``env`` was never built."""
     if all(has_module(m) for m in modules):
         return
+    if rig_dir() is None:
+        raise SystemExit(
+            f"rlweave: this command needs {', '.join(modules)}, which this interpreter "
+            f"({sys.prefix}) lacks. Install them here; `rlweave doctor` lists the versions "
+            f"rlweave supports."
+        )
     python = python_of(env)
     if not python.exists():
         raise SystemExit(

@@ -1,0 +1,72 @@
+"""``rlweave doctor`` tells which plugins work with the verl it finds, from what they declare."""
+
+from __future__ import annotations
+
+from rlweave.doctor import (
+    Environment,
+    PluginFacts,
+    hook_callers,
+    plugin_facts,
+    settings_on_verl,
+    verdict_on_verl,
+)
+from rlweave.frameworks import FRAMEWORKS
+from rlweave.types import SettingRequirement
+
+
+def env(**versions: str) -> Environment:
+    return Environment("test", (), {k.replace("_", "-"): v for k, v in versions.items()})
+
+
+HEDDLE_LIKE = PluginFacts("heddle_like", frozenset({"verl"}), (
+    SettingRequirement("actor_rollout_ref.rollout.name", ("vllm", "sglang"), None, "priorities", "heddle_like"),))
+ENGINE_ONLY = PluginFacts("engine_only", frozenset({"vllm"}), ())
+GPU_ONLY = PluginFacts("gpu_only", frozenset({"verl"}), (
+    SettingRequirement("trainer.device", ("cuda",), "cuda", "CUDA kernels", "gpu_only"),))
+
+
+def test_hook_callers_are_read_from_the_adapters():
+    callers = hook_callers()
+    assert callers["rlweave_engine_step"] == {"vllm"}
+    assert "verl" in callers["rlweave_run_stage"]
+    assert callers["rlweave_framework_loaded"] >= {"verl", "vllm", "megatron-core", "sglang"}
+    assert "rlweave_configure" not in callers  # the core calls it, no framework
+
+
+def test_shipped_plugins_declare_where_they_run():
+    assert plugin_facts("preemptive_serving", "rlweave.plugins.preemptive_serving.plugin").reaches == {"vllm"}
+    stream = plugin_facts("stream_generation", "rlweave.plugins.stream_generation.plugin")
+    assert "verl" in stream.reaches
+    assert any(r.key == "trainer.v1.trainer_mode" for r in stream.verl_requirements)
+
+
+def test_a_plugin_needing_a_rollout_engine_refuses_without_one():
+    refused = verdict_on_verl(HEDDLE_LIKE, env(verl="0.9.1"), gpu=False, environ={})
+    assert not refused.works and "vllm or sglang" in refused.refusal
+    assert verdict_on_verl(HEDDLE_LIKE, env(verl="0.9.1", sglang="0.5.23"), gpu=False, environ={}).works
+
+
+def test_a_plugin_only_an_engine_calls_runs_under_verl_through_its_rollout_setting():
+    assert not verdict_on_verl(ENGINE_ONLY, env(verl="0.9.1"), gpu=False, environ={}).works
+    works = verdict_on_verl(ENGINE_ONLY, env(verl="0.9.1", vllm="0.32.0+cpu"), gpu=False, environ={})
+    assert works.works and works.runs_in == FRAMEWORKS["vllm"].role
+    assert settings_on_verl(ENGINE_ONLY) == [("actor_rollout_ref.rollout.name=vllm", "its hooks run in vLLM engines")]
+    # an engine rlweave does not support counts as absent
+    assert not verdict_on_verl(ENGINE_ONLY, env(verl="0.9.1", vllm="0.40.0"), gpu=False, environ={}).works
+
+
+def test_gpu_only_plugin_refuses_on_a_machine_without_a_gpu():
+    refused = verdict_on_verl(GPU_ONLY, env(verl="0.9.1"), gpu=False, environ={})
+    assert not refused.works and refused.refusal.startswith("GPU-only")
+    assert verdict_on_verl(GPU_ONLY, env(verl="0.9.1"), gpu=True, environ={}).works
+
+
+def test_unsupported_verl_and_a_plugin_filter_refuse_every_plugin():
+    old = verdict_on_verl(ENGINE_ONLY, env(verl="0.8.0", vllm="0.32.0"), gpu=False, environ={})
+    assert "outside rlweave's >=0.9.0,<0.10" in old.refusal
+    for value in ("none", "someone_else"):
+        blocked = verdict_on_verl(HEDDLE_LIKE, env(verl="0.9.1", vllm="0.32.0"), gpu=False,
+                                  environ={"VERL_USE_EXTERNAL_PLUGINS": value})
+        assert "VERL_USE_EXTERNAL_PLUGINS" in blocked.refusal
+    assert verdict_on_verl(HEDDLE_LIKE, env(verl="0.9.1", vllm="0.32.0"), gpu=False,
+                           environ={"VERL_USE_EXTERNAL_PLUGINS": "rlweave,other"}).works
