@@ -165,6 +165,10 @@ class EngineInfo:
     # Whether the adapter applies ScheduleDecision.preempt on this engine (vLLM: only its
     # synchronous scheduler; see rlweave.adapters.vllm.scheduler).
     can_preempt: bool = False
+    # Whether a preempted request keeps its KV blocks while the engine has free blocks for the
+    # requests admitted in its place (it then resumes without recompute); otherwise, or once
+    # the room is needed, its KV is freed and recomputed on resume.
+    keeps_preempted_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,8 @@ class RequestView:
     max_tokens: int | None
     priority: int = 0  # explicit priority (vLLM ``priority``): smaller is served first
     num_preemptions: int = 0  # times the engine preempted it so far
+    num_computed_tokens: int = 0  # tokens whose KV the engine holds (0 after a recompute preemption)
+    num_recomputed_tokens: int = 0  # tokens re-prefilled so far because preemptions freed their KV
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,9 @@ class EngineStep:
     start_s: float
     end_s: float
     scheduled: tuple[str, ...] = ()  # ids of the requests the iteration computed
+    schedule_overhead_s: float = 0.0  # rlweave's share of start..end: its decision and applying it
+    num_recomputed_tokens: int = 0  # tokens of preempted requests this iteration re-prefilled
+    num_free_kv_blocks: int = 0  # KV blocks free (or evictable) after the iteration
 
 
 @dataclass(frozen=True)
@@ -199,11 +208,14 @@ class ScheduleDecision:
     """A plugin's scheduling decision for one iteration.
 
     ``waiting_order``: request ids of the waiting queue, first = admitted first; ids that are
-    not listed keep their relative order behind the listed ones.
+    not listed keep their relative order behind the listed ones (so listing the few that the
+    free slots will take is enough).
     ``preempt``: ids of running requests to take off the engine before this iteration. They
-    lose their KV (vLLM recomputes it when they resume, from its prefix cache where the blocks
-    survive), rejoin the waiting queue, and are not re-admitted in the same iteration. Only
-    allowed where ``EngineInfo.can_preempt``; an adapter that cannot apply it raises.
+    rejoin the waiting queue and are not re-admitted in the same iteration. Where
+    ``EngineInfo.keeps_preempted_kv`` and the engine has room they keep their KV and resume
+    without recompute; otherwise they lose it (vLLM recomputes it when they resume, from its
+    prefix cache where the blocks survive). Only allowed where ``EngineInfo.can_preempt``; an
+    adapter that cannot apply it raises.
     """
 
     waiting_order: tuple[str, ...] = ()
