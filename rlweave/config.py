@@ -146,23 +146,27 @@ class PreemptiveServingConfig(PluginSection):
 
     Level ``p`` has quantum ``base_quantum_ms * quantum_ratio**p``; ``base_quantum_ms = 0``
     takes the shortest iteration measured on the running engine (FastServe's choice). A request
-    not served for ``starvation_s`` is promoted to the top level.
+    not served for ``starvation_s`` is promoted to the top level. ``policy``: ``adaptive``
+    levels requests by their expected remaining work, learnt from the lengths the engine has
+    served (preempts only where that pays); ``skip_join_mlfq`` is FastServe's (join by prefill
+    time, demote by attained service); ``mlfq`` joins every request at the top level.
     """
 
     available: ClassVar[bool] = True
     paper: ClassVar[str] = "FastServe (skip-join MLFQ)"
-    POLICIES: ClassVar[tuple[str, ...]] = ("skip_join_mlfq", "mlfq")
-    policy: str = "skip_join_mlfq"
+    POLICIES: ClassVar[tuple[str, ...]] = ("adaptive", "skip_join_mlfq", "mlfq")
+    policy: str = "adaptive"
     base_quantum_ms: float = 0.0
     quantum_ratio: float = 2.0
-    num_levels: int = 8
+    num_levels: int = 10
     starvation_s: float = 3.0
 
     def finalize(self) -> None:
         key = "rlweave.preemptive_serving"
         if self.policy not in self.POLICIES:
             raise ConfigError(f"unknown {key}.policy '{self.policy}'; allowed: "
-                              f"{', '.join(self.POLICIES)} (mlfq = every request joins the top level).")
+                              f"{', '.join(self.POLICIES)} (adaptive = by expected remaining work, "
+                              "skip_join_mlfq = FastServe's, mlfq = every request joins the top level).")
         for option, value, ok, allowed in (
             ("base_quantum_ms", self.base_quantum_ms, self.base_quantum_ms >= 0,
              ">= 0 (0 = the engine's shortest measured iteration)"),
