@@ -24,6 +24,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "replay_balance": "rlweave.plugins.replay_balance.plugin",
     "agentic_rollout": "rlweave.plugins.agentic_rollout.plugin",
     "stream_generation": "rlweave.plugins.stream_generation.plugin",
+    "overlap": "rlweave.plugins.overlap.plugin",
 }
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"

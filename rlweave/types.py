@@ -76,16 +76,20 @@ class PromptInfo:
 
 @dataclass(frozen=True)
 class TrajectoryInfo:
-    """An agentic trajectory as the scheduler sees it between turns."""
+    """An agentic trajectory as the scheduler sees it between turns.
+
+    ``trajectory_id`` is the id the framework routes every turn of the trajectory by (verl: the
+    agent loop's ``request_id``), so that the agent loop and the request balancer name it alike.
+    """
 
     trajectory_id: str
-    group_id: str
+    group_id: str  # samples of one prompt: its GRPO group, and the same prompt in later epochs
     turns_done: int
     tokens_so_far: int  # tokens the model generated so far (tool outputs not counted)
-    queued_s: float = 0.0  # accumulated time spent waiting for an engine
     instance_id: str | None = None  # engine instance of the previous turn
     task: str = ""  # task or prompt family: what the runtime predictor learns per
     prompt_len: int = 0  # tokens of the first turn's prompt
+    context_len: int = 0  # tokens of the next turn's prompt: prompt, generated and tool tokens
 
 
 @dataclass(frozen=True)
@@ -99,11 +103,12 @@ class InstanceLoad:
 
 
 class TrajectoryEventKind(str, Enum):
+    """What the agent loop saw. Between a turn's end and the next one's start the trajectory is
+    outside the engine (its tool calls, and the agent loop's own work)."""
+
     START = "start"
-    TURN_START = "turn_start"
-    TURN_END = "turn_end"
-    TOOL_START = "tool_start"
-    TOOL_END = "tool_end"
+    TURN_START = "turn_start"  # the turn's generate call is about to be sent
+    TURN_END = "turn_end"  # it returned
     FINISH = "finish"
 
 
@@ -266,14 +271,70 @@ class ExpertPlacement:
 
 
 @dataclass(frozen=True)
+class TPDevice:
+    """Where a tensor-parallel group runs, as the adapter probed it.
+
+    ``backends``: the overlap backends that can run here (``"ring"``: decomposed ring over
+    point-to-point; ``"symm_mem"``: torch's fused symmetric-memory ops; ``"tile"``: rlweave's
+    Triton kernels); ``missing``: one ``"backend: why not"`` line per backend that cannot.
+    """
+
+    name: str  # "cpu", or the CUDA device name ("NVIDIA H200")
+    comm_backend: str  # the process group's backend: "gloo", "nccl"
+    backends: tuple[str, ...]
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LinearInfo:
-    """One tensor-parallel linear as Megatron builds it."""
+    """One tensor-parallel linear of Megatron with sequence parallelism, at the first forward
+    of an input shape.
+
+    ``column``: AllGather of the input, then GEMM (its backward: GEMM, then ReduceScatter of
+    the input gradient); ``row``: GEMM, then ReduceScatter (backward: AllGather of the output
+    gradient, then GEMM). ``tokens``: rows of the gathered activation (sequence x micro-batch).
+    """
 
     kind: str  # "column" or "row"
     input_size: int
     output_size: int
     tp_size: int
+    tp_rank: int
     sequence_parallel: bool
+    tokens: int
+    dtype_bytes: int
+    device: TPDevice
+
+
+@dataclass(frozen=True)
+class CommGemmSchedule:
+    """How one rank runs one overlapped collective+GEMM.
+
+    ``op``: ``"ag_gemm"`` (AllGather, then GEMM) or ``"gemm_rs"`` (GEMM, then ReduceScatter).
+    Each rank's shard (AllGather) or output block (ReduceScatter) is cut into
+    ``chunks_per_rank`` row pieces. ``order``: per ring step, the rank whose shard this rank
+    multiplies (``ag_gemm``: its own first, then rank+1, rank+2, ...) or the output block whose
+    partial it computes (``gemm_rs``: rank+1, rank+2, ..., its own last). Data flows along the
+    ring: received from ``recv_from``, sent to ``send_to`` at every step.
+    """
+
+    op: str
+    chunks_per_rank: int
+    order: tuple[int, ...]
+    recv_from: int
+    send_to: int
+    predicted_s: float = 0.0  # the timeline model's time of this op with this schedule
+    sequential_s: float = 0.0  # ... and of the collective followed by the unsplit GEMM
+
+
+@dataclass(frozen=True)
+class TPLinearPlan:
+    """The overlap plugin's decision for one linear and input shape: the backend and the
+    schedules of its forward and of its input-gradient (backward) collective+GEMM."""
+
+    backend: str  # "ring", "symm_mem" or "tile"
+    forward: CommGemmSchedule
+    backward: CommGemmSchedule
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from rlweave.hookspecs import hookspec
-from rlweave.types import LinearInfo
+from rlweave.types import LinearInfo, TPLinearPlan
 
 
 @hookspec(firstresult=True)
-def rlweave_tp_linear_impl(linear: LinearInfo) -> str | None:
-    """Name of the implementation for one TP linear, e.g. an AllGather+GEMM overlap kernel.
+def rlweave_tp_linear_impl(linear: LinearInfo) -> TPLinearPlan | None:
+    """How one sequence-parallel TP linear runs its collective and GEMM for one input shape:
+    the overlap backend and each direction's chunk schedule.
 
-    Called by the Megatron spec provider when it builds the layer. ``None``: Megatron's own.
+    Called by rlweave's Megatron linears (``rlweave.adapters.megatron.overlap``, put in the
+    layer spec by ``rlweave.adapters.megatron.layer_spec`` while a plugin implements this hook)
+    at the first forward of each input shape, on every TP rank; the answer is cached per shape.
+    Every rank must get the same backend and chunk counts for the same shape. ``None``:
+    Megatron's own collective followed by its GEMM.
     """
