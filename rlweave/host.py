@@ -25,6 +25,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "agentic_rollout": "rlweave.plugins.agentic_rollout.plugin",
     "stream_generation": "rlweave.plugins.stream_generation.plugin",
     "overlap": "rlweave.plugins.overlap.plugin",
+    "resilience": "rlweave.plugins.resilience.plugin",
 }
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"

@@ -337,19 +337,162 @@ class TPLinearPlan:
     backward: CommGemmSchedule
 
 
+# --- resilience (MegaScale): liveness, progress, incidents, recovery, checkpoints -------------
+
+
+@dataclass(frozen=True)
+class SectionTime:
+    """One finished section of a worker's work (a trainer rank's ``update_actor``, say), timed
+    in the worker by a sync-free clock: ``start_s`` wall-clock, ``duration_s`` monotonic."""
+
+    section: str
+    step: int
+    start_s: float
+    duration_s: float
+
+
 @dataclass(frozen=True)
 class Heartbeat:
+    """A worker's liveness and progress, as the monitor received it.
+
+    ``worker`` is ``"<role>:<rank>"`` (``trainer:1``, ``rollout:0``, ``rollout:0/engine``,
+    ``agent_loop:0``). ``time_s`` is the monitor's own monotonic clock at receipt, so silence is
+    measured on one clock. ``section`` is the section in progress (``""``: between sections) and
+    ``section_s`` how long it has run; ``collective`` the last collective it entered, with its
+    sequence number (``"all_reduce#42"``); ``finished`` the sections completed since the last
+    beat. ``alive=False``: the adapter saw the process exit (a crash is known at once).
+    """
+
     worker: str
-    step: int
     time_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    pid: int = 0
+    host: str = ""
+    seq: int = 0
+    step: int = -1
+    section: str = ""
+    section_s: float = 0.0
+    collective: str = ""
+    finished: tuple[SectionTime, ...] = ()
+    alive: bool = True
+    detail: str = ""
+
+    @property
+    def role(self) -> str:
+        return self.worker.split(":", 1)[0]
+
+    @property
+    def group(self) -> str:
+        """Workers that are compared with each other: the role, and the engine of a replica
+        apart from the replica's server (``rollout/engine``)."""
+        return self.role + ("/" + self.worker.split("/", 1)[1] if "/" in self.worker else "")
+
+
+class Health(str, Enum):
+    HEALTHY = "healthy"
+    STRAGGLER = "straggler"
+    HUNG = "hung"
+    DEAD = "dead"
 
 
 @dataclass(frozen=True)
 class WorkerIncident:
-    """A worker behaving abnormally: ``kind`` is "straggler", "hang" or "failure"."""
+    """A worker that is not healthy, localised: which worker, since when, in which section
+    and step. ``culprit`` is False for a worker that only waits on another one (a rank blocked
+    in a collective whose peer stopped); ``score`` is a straggler's median-rank time over its
+    own (1 = typical, 0.5 = twice as slow). Times are wall-clock seconds."""
 
     worker: str
-    kind: str
+    kind: Health
     step: int
+    detected_s: float
+    since_s: float
+    section: str = ""
+    collective: str = ""
+    culprit: bool = True
+    score: float = 1.0
+    pid: int = 0
+    host: str = ""
     detail: str = ""
+
+    @property
+    def role(self) -> str:
+        return self.worker.split(":", 1)[0]
+
+
+class RecoveryKind(str, Enum):
+    """What an adapter does about an incident. ``kill``: end the worker's process (a hang
+    becomes a crash the framework notices); ``replace``: a fresh rollout replica, weights
+    re-synced, its requests resubmitted; ``rebuild``: a new trainer worker group restored from
+    the newest snapshot, the step in flight redone; ``report``: record it only; ``abort``: give
+    up and let the job fail as it would without rlweave."""
+
+    REPORT = "report"
+    KILL = "kill"
+    REPLACE = "replace"
+    REBUILD = "rebuild"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class RecoveryAction:
+    kind: RecoveryKind
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RecoveryRecord:
+    """A recovery an adapter carried out: the incident, the action, when the fault was injected
+    (``fault_s``, 0 when not known), detected, and when recovery started and ended (wall-clock
+    seconds); the steps redone and the requests resubmitted; ``ok`` False if it failed."""
+
+    incident: WorkerIncident
+    action: RecoveryAction
+    start_s: float
+    end_s: float
+    fault_s: float = 0.0
+    steps_redone: int = 0
+    requests_resubmitted: int = 0
+    ok: bool = True
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A fault to inject (rlweave's chaos tool): ``action`` ``kill`` (SIGKILL), ``stop``
+    (SIGSTOP: a hang), ``slow`` (the worker's sections take ``factor`` times as long) or
+    ``corrupt`` (the newest persisted checkpoint). ``worker`` is ``"<role>:<rank>"``, with
+    ``/engine`` for a rollout replica's engine process. It fires once the worker is in ``step``
+    (and in ``section``, if given), ``delay_s`` later."""
+
+    action: str
+    worker: str = ""
+    step: int = 1
+    section: str = ""
+    delay_s: float = 0.0
+    factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class ResilienceSettings:
+    """What the adapters of an enabled resilience plugin run: heartbeats every ``heartbeat_s``
+    (the monitor checks health every ``check_s``), a host-memory snapshot every
+    ``snapshot_every`` steps under ``snapshot_dir``, at most ``max_recoveries`` recoveries per
+    run, each given ``recovery_timeout_s``; ``faults`` to inject."""
+
+    heartbeat_s: float
+    check_s: float
+    snapshot_every: int
+    snapshot_dir: str
+    max_recoveries: int
+    recovery_timeout_s: float
+    faults: tuple[FaultSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckpointCandidate:
+    """A persisted checkpoint found on resume: its step, folder, and what its verification
+    found wrong (``()``: every file present with its recorded size and checksum)."""
+
+    step: int
+    path: str
+    problems: tuple[str, ...] = ()
