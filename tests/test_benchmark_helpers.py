@@ -95,11 +95,12 @@ def test_stream_bench_lengths_file_is_checked(tmp_path):
 
     assert lognormal_lengths(0, 8) == lognormal_lengths(0, 8) != lognormal_lengths(1, 8)
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
-    good.write_text('{"output_len": 12, "prompt": "a"}\n{"output_len": 3, "prompt": "b"}\n')
+    good.write_text('{"output_len": 12, "prompt": "a"}\n{"output_lens": [3, 5], "prompt": "b"}\n')
     bad.write_text('{"output_len": 0}\n')
-    assert workload(argparse.Namespace(lengths=str(good), seed=0, prompts=2)) == ([12, 3], ["a", "b"])
-    with pytest.raises(SystemExit, match="positive integer output_len"):
-        workload(argparse.Namespace(lengths=str(bad), seed=0, prompts=2))
+    lengths, prompts, _ = workload(argparse.Namespace(lengths=str(good), seed=0, prompts=2, group=3))
+    assert (lengths, prompts) == ([[12, 12, 12], [3, 5, 3]], ["a", "b"])
+    with pytest.raises(SystemExit, match="bad.jsonl:1: output lengths must be positive"):
+        workload(argparse.Namespace(lengths=str(bad), seed=0, prompts=2, group=3))
 
 
 def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balanced_splits():
@@ -107,12 +108,14 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     import math
 
     from rlweave.benchmarks.stream import (ASYNC_DISAGG, ASYNC_PIPELINED, BALANCE_DEVICES, ONPOLICY_DISAGG,
-                                           ONPOLICY_PIPELINED, SYNC_ROLLOUT_LP, Setup, report)
+                                           ONPOLICY_PIPELINED, PINNED_ASYNC as PINNED, SYNC_ROLLOUT_LP, Setup,
+                                           report)
 
     def run(step_s: float, gen_s: float, push_s: float) -> dict:
         return {"step_s": step_s, "samples_per_s": 32 / step_s, "verl_step_s": step_s, "dispatch_s": 0.1,
                 "delivery_s": 0.1, "rollout_push_s": 0.1, "idle": {"actor": 0.3, "engine e": 0.2},
                 "staleness": {}, "stale_dropped": 0, "dynamic_batches_per_step": 2.0, "first_step_s": 10.0,
+                "calibration_ms": 9.0,
                 "stage_s": {"reward": 0.0, "old_log_prob": 0.1, "ref": 0.0, "adv": 0.05, "update_actor": 0.6,
                             "gen": gen_s, "update_weights": push_s}}
 
@@ -122,8 +125,8 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     runs[ASYNC_PIPELINED]["cpu"] = {"cores_busy": [0.97, 1.0], "floor_step_s": 1.45,
                                     "cpu_s_per_step": {"engine": 1.0, "trainer": 0.6, "host": 1.3}}
     engine = [span("iteration", i * 0.02, 0.01, "e", running=1 + i % 8, tokens=1 + i % 8) for i in range(200)]
-    lengths = [4, 8, 16, 32, 64, 118, 20, 30] * 2
-    result = report(runs, engine, lengths, Setup(8, 4, 2, 8, 118), argparse.Namespace(seed=0, lengths=None, steps=6))
+    lengths = [[n] * 4 for n in [4, 8, 16, 32, 64, 118, 20, 30] * 2]
+    result = report([runs], [engine], lengths, Setup(8, 4, 2, 8, 118), argparse.Namespace(seed=0, lengths=None, steps=6))
     assert math.isfinite(result.headline["pipelined_planner_error_async"])
     # Without the 50 ms poll run its ratios are absent, not an error.
     assert result.headline["disaggregated_onpolicy_vs_fast_poll"] is None
@@ -134,6 +137,22 @@ def test_stream_bench_report_predicts_the_disaggregated_runs_and_simulates_balan
     assert sum(row[0].startswith("planner SIMULATED") for row in result.rows) == len(BALANCE_DEVICES)
     assert {len(row) for row in result.rows} == {len(result.rows[0])}
     assert [row[-1] for row in result.rows if row[0] == ASYNC_PIPELINED] == ["97% 100%; 1.00/0.60/1.30; 1.45"]
+    assert result.details["profile"]["pools"][0]["training"]["seconds_per_sample"] > 0  # for `rlweave plan stream`
+
+    # Two interleaved rounds: medians with their range; a ratio whose range reaches across 1 is
+    # within the drift, and a lead is a goal only when every round shows it.
+    slow = {label: dict(r, step_s=r["step_s"] * 1.2, samples_per_s=r["samples_per_s"] / 1.2) for label, r in runs.items()}
+    slow[ASYNC_DISAGG] = dict(runs[ASYNC_DISAGG], step_s=3.9, samples_per_s=32 / 3.9)  # slower than verl sync here
+    runs[PINNED] = slow[PINNED] = run(2.1, 0.2, 0.1)
+    two = report([runs, slow], [engine, engine], lengths, Setup(8, 4, 2, 8, 118),
+                 argparse.Namespace(seed=0, lengths=None, steps=6))
+    h = two.headline
+    assert h["rounds"] == 2 and h["pipelined_async_speedup"] == 2.0  # the same in both rounds
+    assert "disaggregated_async_speedup" in h["within_drift"] and "pipelined_async_speedup" not in h["within_drift"]
+    assert two.details["spread"]["disaggregated_async_speedup"] == [round(3.0 * 1.2 / 3.9, 3), round(3.0 / 1.8, 3)]
+    assert h["goals"]["async_ahead_of_separate_async_pinned"] is False  # behind in the second round
+    assert h["goals"]["onpolicy_1.5x_verl_sync"] is True  # 1.5x in both rounds
+    assert any("within drift" in row[3] for row in two.rows if row[0] == ASYNC_DISAGG)
 
 
 def test_cpu_sampler_counts_the_run_process_tree_by_role():

@@ -1,4 +1,4 @@
-"""rlweave's verl agent loops: verl's own loops, with rlweave's trajectory hooks around each turn.
+"""rlweave's verl agent loops: verl's own loops, with rlweave's trajectory reports around each turn.
 
 - ``rlweave_single_turn`` (verl's ``SingleTurnAgentLoop``) and
 - ``rlweave_tool_agent`` (verl's multi-turn ``ToolAgentLoop``).
@@ -6,20 +6,31 @@
 Select one with ``actor_rollout_ref.rollout.agent.default_agent_loop=<name>``. A dataset row
 whose ``extra_info`` has ``rlweave_output_len`` gets exactly that many tokens in a single-turn
 response (``max_tokens`` with ``ignore_eos``): benchmarks use it to replay an output-length
-distribution with a random-weight model. A trajectory's
-start, tool calls and finish become ``rlweave_trajectory_event`` calls in the agent-loop worker,
-and before every turn a plugin's ``rlweave_request_priority`` becomes the engine priority, which
-verl forwards to vLLM, and to SGLang with rlweave's ``verl_sglang_priority`` patch
-(``rollout.scheduling_policy=priority``). The agent loop knows what verl's
-request balancer cannot: the GRPO group (``uid``), the task (``data_source``) and the tokens
-generated so far.
+distribution with a random-weight model.
+
+Every turn goes through verl's ``LLMServerClient.generate(request_id=...)``; the wrapper around
+it names the trajectory by that request id, the one verl's request balancer routes by, so both
+sides speak of one trajectory. Around each call it reports ``TURN_START`` (with the context the
+turn is sent) and ``TURN_END`` (with the tokens generated); the gap between two turns is the
+trajectory's tool time. It also reports ``START`` and ``FINISH``, and gives each turn the
+priority a plugin decides, which verl forwards to vLLM (and to SGLang with rlweave's
+``verl_sglang_priority`` patch; ``rollout.scheduling_policy=priority``). The agent loop knows
+what verl's request balancer cannot: the prompt's group (the same prompt, in this step and in
+later epochs), the task (``data_source``), turn boundaries and tool time.
+
+verl runs agent loops in several worker processes and every turn through one balancer actor.
+When that actor is rlweave's (:class:`rlweave.adapters.verl.router.RlweaveLoadBalancer`), the
+reports and the priority question go to it, so that one process (the one that also places the
+turns) sees the whole rollout; with any other balancer they go to this process's hooks.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from dataclasses import replace
 from typing import Any
-from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
@@ -29,72 +40,109 @@ from rlweave.host import get_host
 from rlweave.types import TrajectoryEvent, TrajectoryEventKind, TrajectoryInfo
 
 
+def group_key(kwargs: dict[str, Any]) -> str:
+    """The samples of one prompt share a key, in this step (its GRPO group) and in every later
+    epoch (verl's ``uid`` is new each step), so that the predictor learns per prompt."""
+    prompt = kwargs.get("raw_prompt")
+    if prompt is None:
+        return str(kwargs.get("uid", ""))
+    text = json.dumps(list(prompt), sort_keys=True, default=str)
+    return hashlib.sha1(f"{kwargs.get('data_source', '')}\0{text}".encode()).hexdigest()[:16]
+
+
+class _Reports:
+    """Where a trajectory's reports go: the rlweave balancer actor, or this process's hooks."""
+
+    def __init__(self, client: Any) -> None:
+        balancer = getattr(client, "_load_balancer", None)
+        self._remote = balancer if hasattr(balancer, "rlweave_turn_started") else None
+        self._host = get_host()
+
+    def event(self, kind: TrajectoryEventKind, info: TrajectoryInfo) -> None:
+        event = TrajectoryEvent(kind, info, time.time())
+        if self._remote is not None:
+            self._remote.rlweave_trajectory_event.remote(event)  # ordered after this caller's earlier calls
+        else:
+            self._host.hook.rlweave_trajectory_event(event=event)
+
+    async def turn_started(self, info: TrajectoryInfo) -> int | None:
+        """Report the turn's start and return the priority a plugin decides for it."""
+        event = TrajectoryEvent(TrajectoryEventKind.TURN_START, info, time.time())
+        if self._remote is not None:
+            return await self._remote.rlweave_turn_started.remote(event)
+        self._host.hook.rlweave_trajectory_event(event=event)
+        return self._host.hook.rlweave_request_priority(trajectory=info)
+
+
 class _Trajectory:
-    """One trajectory's progress as the agent loop sees it, reported to rlweave's hooks."""
+    """One trajectory as the agent loop sees it, named by verl's request id at its first turn."""
 
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        self.host = get_host()
-        group = str(kwargs.get("uid", ""))
-        self.info = TrajectoryInfo(trajectory_id=f"{group}-{uuid4().hex[:8]}", group_id=group,
-                                   turns_done=0, tokens_so_far=0,
-                                   task=str(kwargs.get("data_source", "")))
+    def __init__(self, kwargs: dict[str, Any], client: Any) -> None:
+        self.group, self.task = group_key(kwargs), str(kwargs.get("data_source", ""))
+        self.reports = _Reports(client)
+        self.info: TrajectoryInfo | None = None
 
-    def event(self, kind: TrajectoryEventKind) -> None:
-        self.host.hook.rlweave_trajectory_event(event=TrajectoryEvent(kind, self.info, time.time()))
+    async def turn_starting(self, request_id: str, prompt_ids: Any) -> int | None:
+        context = len(prompt_ids)
+        if self.info is None:
+            self.info = TrajectoryInfo(str(request_id), self.group, 0, 0, task=self.task,
+                                       prompt_len=context, context_len=context)
+            self.reports.event(TrajectoryEventKind.START, self.info)
+        self.info = replace(self.info, context_len=context)
+        return await self.reports.turn_started(self.info)
 
-    def priority(self, default: int) -> int:
-        decided = self.host.hook.rlweave_request_priority(trajectory=self.info)
-        return default if decided is None else decided
+    def turn_ended(self, generated: int) -> None:
+        assert self.info is not None
+        self.info = replace(self.info, turns_done=self.info.turns_done + 1,
+                            tokens_so_far=self.info.tokens_so_far + generated)
+        self.reports.event(TrajectoryEventKind.TURN_END, self.info)
 
-    def turn_done(self, generated: int) -> None:
-        self.info = TrajectoryInfo(self.info.trajectory_id, self.info.group_id,
-                                   self.info.turns_done + 1, self.info.tokens_so_far + generated,
-                                   task=self.info.task, prompt_len=self.info.prompt_len)
+    def finished(self) -> None:
+        if self.info is not None:
+            self.reports.event(TrajectoryEventKind.FINISH, self.info)
 
 
-class _PrioritizedClient:
-    """verl's ``LLMServerClient`` seen through one trajectory: each ``generate`` gets the
-    trajectory's current priority, and the gaps between calls are its tool calls."""
+class _ReportingClient:
+    """verl's ``LLMServerClient`` seen through one trajectory: each ``generate`` is a turn,
+    reported to rlweave, with the plugin's priority (the caller's when no plugin decides)."""
 
-    def __init__(self, client: Any, trajectory: _Trajectory, default_priority: int) -> None:
-        self._client, self._trajectory, self._default = client, trajectory, default_priority
+    def __init__(self, client: Any, trajectory: _Trajectory) -> None:
+        self._client, self._trajectory = client, trajectory
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    async def generate(self, *args: Any, **kwargs: Any) -> Any:
-        t = self._trajectory
-        if t.info.turns_done:
-            t.event(TrajectoryEventKind.TOOL_END)
-        kwargs.setdefault("priority", t.priority(self._default))
-        output = await self._client.generate(*args, **kwargs)
-        t.turn_done(len(output.token_ids))
-        t.event(TrajectoryEventKind.TOOL_START)
+    async def generate(self, request_id: str, *, prompt_ids: Any, **kwargs: Any) -> Any:
+        decided = await self._trajectory.turn_starting(request_id, prompt_ids)
+        if decided is not None:
+            kwargs["priority"] = decided
+        output = await self._client.generate(request_id, prompt_ids=prompt_ids, **kwargs)
+        self._trajectory.turn_ended(len(output.token_ids))
         return output
 
 
-@register("rlweave_single_turn")
-class RlweaveSingleTurnAgentLoop(SingleTurnAgentLoop):
-    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
-        trajectory = _Trajectory(kwargs)
-        trajectory.event(TrajectoryEventKind.START)
-        forced = (kwargs.get("extra_info") or {}).get("rlweave_output_len")
-        if forced is not None:
-            sampling_params = {**sampling_params, "max_tokens": int(forced), "ignore_eos": True}
-        output = await super().run(sampling_params, priority=trajectory.priority(int(priority)),
-                                   **kwargs)
-        trajectory.turn_done(len(output.response_ids))
-        trajectory.event(TrajectoryEventKind.FINISH)
-        return output
+class _Reported:
+    """Mixed in front of a verl agent loop: its run is one reported trajectory."""
 
-
-@register("rlweave_tool_agent")
-class RlweaveToolAgentLoop(ToolAgentLoop):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
-        trajectory = _Trajectory(kwargs)
-        self.server_manager = _PrioritizedClient(self.server_manager, trajectory, int(priority))
-        trajectory.event(TrajectoryEventKind.START)
+        trajectory = _Trajectory(kwargs, self.server_manager)
+        self.server_manager = _ReportingClient(self.server_manager, trajectory)
         try:
             return await super().run(sampling_params, priority=priority, **kwargs)
         finally:
-            trajectory.event(TrajectoryEventKind.FINISH)
+            self.server_manager = self.server_manager._client
+            trajectory.finished()
+
+
+@register("rlweave_single_turn")
+class RlweaveSingleTurnAgentLoop(_Reported, SingleTurnAgentLoop):
+    async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        forced = (kwargs.get("extra_info") or {}).get("rlweave_output_len")
+        if forced is not None:
+            sampling_params = {**sampling_params, "max_tokens": int(forced), "ignore_eos": True}
+        return await super().run(sampling_params, priority=priority, **kwargs)
+
+
+@register("rlweave_tool_agent")
+class RlweaveToolAgentLoop(_Reported, ToolAgentLoop):
+    pass
