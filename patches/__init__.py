@@ -71,6 +71,14 @@ PATCHES: tuple[Patch, ...] = (
         groups=(VERL_CPU,),
     ),
     Patch(
+        name="verl_cpu_sharded_snapshot",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.utils.fsdp_utils.fsdp2_sharded_save_to_cpu",
+        why="on CPU verl's saved copy of the actor's weights aliases the live ones (.cpu() does not copy)",
+        groups=(VERL_CPU,),
+    ),
+    Patch(
         name="verl_value_model_attention",
         framework="verl",
         versions=SpecifierSet(">=0.9.0,<0.10"),

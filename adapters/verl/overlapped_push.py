@@ -12,6 +12,9 @@ StreamRL's async mode overlaps the transfer with the next training step instead.
    them). From here on a request that reaches a replica is parked until it resumes, so
    whatever the trainer submits now is generated with the new weights.
 2. The trainer submits the next prompts: they travel to the replicas while the weights load.
+   On-policy the trainer closes the gates (:meth:`OverlappedPush.close_gate`) and submits them
+   earlier still, as soon as the step's last sample is in, while it prepares and trains on the
+   last mini-batch.
 3. :meth:`OverlappedPush.load_and_resume` (in a background thread, touching only the rollout):
    free the KV cache, load the staged weights, restore the cache, resume; the parked requests
    start at once. The trainer is meanwhile on its next step; the next push, a validation, or
@@ -49,10 +52,21 @@ class OverlappedPush:
         self._rollout = RayWorkerGroup(worker_handles=workers, ray_cls_with_init=RayClassWithInitArgs(cls=_worker_cls))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlweave-weight-push")
         self._pending: Future[Any] | None = None
+        self._gate_closed = False  # by close_gate, ahead of the next stage_and_pause
         self.background_s = 0.0  # how long the last finished push's rollout side took
 
+    def close_gate(self) -> None:
+        """Close the replicas' submission gates now (aborting what they run): from here on a
+        request is parked until the next push has loaded its weights. On-policy, the trainer
+        closes them when the step's last sample is in, so that the next step's prompts travel to
+        the replicas while it still trains (they would start no earlier anyway)."""
+        self.wait()
+        self.manager.abort_replicas()
+        self._gate_closed = True
+
     def stage_and_pause(self, global_steps: int) -> Any:
-        """Stage the trainer's weights and close the replicas' gates; returns the staged weights."""
+        """Stage the trainer's weights and close the replicas' gates (if not closed already);
+        returns the staged weights."""
         self.wait()
         actor = self.manager.actor_wg
         # One call after the other: the workers are async actors, which may reorder one caller's calls.
@@ -63,7 +77,9 @@ class OverlappedPush:
             raise RuntimeError(f"rlweave's overlapped weight push needs actor_rollout_ref.rollout.checkpoint_engine."
                                f"backend=gloo (rlweave's engine, which stages weights); {len(staged)} actor ranks "
                                f"staged weights, expected exactly one")
-        self.manager.abort_replicas()
+        if not self._gate_closed:
+            self.manager.abort_replicas()
+        self._gate_closed = False
         return staged[0]
 
     def load_and_resume(self, global_steps: int, staged: Any, background: bool = True) -> None:
