@@ -217,7 +217,8 @@ class OverlapConfig(PluginSection):
     ``symm_mem``, ``tile`` (an error where the device cannot run it). ``profile``: the GEMM and
     link speeds the model uses: ``auto`` (a built-in profile for the device), a built-in name, or
     a JSON file (``rlweave bench overlap`` and ``scripts/gpu_check_overlap.sh`` write them).
-    ``max_chunks_per_rank``: the most pieces one rank's shard is cut into.
+    ``max_chunks_per_rank``: the most pieces one rank's shard is cut into; ``chunks_per_rank``:
+    a fixed number of pieces instead of the model's choice (0 = the model chooses).
     """
 
     available: ClassVar[bool] = True
@@ -226,9 +227,13 @@ class OverlapConfig(PluginSection):
     backend: str = "auto"
     profile: str = "auto"
     max_chunks_per_rank: int = 8
+    chunks_per_rank: int = 0
 
     def finalize(self) -> None:
         key = "rlweave.overlap"
+        if self.chunks_per_rank < 0:
+            raise ConfigError(f"bad value {self.chunks_per_rank!r} for '{key}.chunks_per_rank'; "
+                              f"allowed: >= 0 (0 = chosen by the timeline model).")
         if self.backend not in self.BACKENDS:
             raise ConfigError(f"unknown {key}.backend '{self.backend}'; allowed: {', '.join(self.BACKENDS)}.")
         if self.max_chunks_per_rank < 1:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import importlib.util
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -205,9 +207,39 @@ def kv_swap_note(env: Environment) -> str | None:
             "host memory; rlweave does not drive it yet)")
 
 
+VLLM_ASYNC_TP_FLAGS = ("fuse_gemm_comms", "enable_async_tp", "enable_sp", "enable_sequence_parallelism")
+
+
+def overlap_note(env: Environment) -> str | None:
+    """Which overlap backend rlweave's Megatron linears take on this machine (asked in the
+    environment itself, which has torch), and whether this vLLM has async-TP passes to turn on."""
+    notes = []
+    if "megatron-core" in env.versions:
+        python = Path(env.paths[0]).parents[2] / "bin" / "python" if env.paths else Path(sys.executable)
+        try:
+            done = subprocess.run([str(python), "-m", "rlweave.adapters.megatron.overlap.report"], timeout=120,
+                                  capture_output=True, text=True, check=True)
+            facts = json.loads(done.stdout.strip().splitlines()[-1])
+            notes.append(f"Megatron TP linears on {facts['device']}: backends {', '.join(facts['backends'])}; "
+                         f"auto takes {facts['chosen']}; not here: {'; '.join(facts['missing']) or '-'}")
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError) as error:
+            notes.append(f"could not probe the TP device ({type(error).__name__}): run "
+                         f"'python -m rlweave.adapters.megatron.overlap.report' in {env.name}")
+    if "vllm" in env.versions:
+        sources = [Path(p, "vllm", "config", "compilation.py") for p in (env.paths or sys.path)]
+        text = next((f.read_text() for f in sources if f.is_file()), "")
+        found = [flag for flag in VLLM_ASYNC_TP_FLAGS if re.search(rf"^\s+{flag}\s*:", text, re.M)]
+        notes.append(f"vLLM {env.versions['vllm']}: async-TP pass flags {', '.join(found)}; rlweave does not set them yet"
+                     if found else f"vLLM {env.versions['vllm']} has no async-TP / sequence-parallel compilation "
+                     f"pass (its PassConfig has none of {', '.join(VLLM_ASYNC_TP_FLAGS)}): nothing to turn on, "
+                     f"vLLM's TP engines run as they are")
+    return " | ".join(notes) or None
+
+
 # Plugin -> its one line about an environment (None: nothing to say there). Add yours here.
 PLUGIN_NOTES: dict[str, Callable[[Environment], str | None]] = {
     "preemptive_serving": kv_swap_note,
+    "overlap": overlap_note,
 }
 
 

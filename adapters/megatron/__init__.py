@@ -4,8 +4,9 @@
 :class:`rlweave.adapters.megatron.moe_layer.RlweaveMoELayer` when an rlweave plugin is enabled
 (:class:`rlweave.adapters.megatron.balanced_moe.ReplayBalancedMoELayer` when a plugin decides
 expert placement, e.g. ``rlweave.replay_balance``), and Megatron's spec unchanged when none is
-(disabled means absent). Use it wherever Megatron
-takes a layer spec::
+(disabled means absent). While a plugin decides how TP linears run (``rlweave.overlap``), its
+column- and row-parallel linears are :mod:`rlweave.adapters.megatron.overlap`'s. Use it wherever
+Megatron takes a layer spec::
 
     from rlweave.adapters.megatron import layer_spec
     spec = layer_spec(num_experts=8, moe_grouped_gemm=False)
@@ -30,6 +31,11 @@ def layer_spec(num_experts: int | None = None, moe_grouped_gemm: bool = False, *
 
     spec = get_gpt_layer_local_spec(num_experts=num_experts, moe_grouped_gemm=moe_grouped_gemm, **kwargs)
     host = get_host()
+    if host.active and host.implements("rlweave_tp_linear_impl"):
+        _announce(host)
+        from rlweave.adapters.megatron.overlap.spec import with_overlap_linears
+
+        spec = with_overlap_linears(spec)  # TP linears that overlap their collective (rlweave.overlap)
     if not host.active or num_experts is None:
         return spec
     _announce(host)

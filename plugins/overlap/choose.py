@@ -37,16 +37,17 @@ def shapes(linear: LinearInfo) -> tuple[Shape, Shape]:
     raise ValueError(f"unknown linear kind {linear.kind!r}; 'column' or 'row'")
 
 
-def best(profile: DeviceProfile, shape: Shape, backend: str, max_chunks: int) -> Prediction:
-    """The backend's prediction with the number of pieces per rank that the model likes best."""
-    if backend in FIXED_CHUNKS:
-        return predict(profile, shape, METHOD[backend], FIXED_CHUNKS[backend])
+def best(profile: DeviceProfile, shape: Shape, backend: str, max_chunks: int, fixed: int = 0) -> Prediction:
+    """The backend's prediction with the number of pieces per rank that the model likes best
+    (or ``fixed`` pieces)."""
+    if backend in FIXED_CHUNKS or fixed:
+        return predict(profile, shape, METHOD[backend], FIXED_CHUNKS.get(backend, fixed))
     options = chunk_candidates(shape.m // shape.tp, profile.min_chunk_rows, max_chunks)
     return min((predict(profile, shape, METHOD[backend], c) for c in options), key=lambda p: p.time_s)
 
 
 def choose(linear: LinearInfo, profile: DeviceProfile, backend: str = "auto",
-           max_chunks: int = 8) -> TPLinearPlan | None:
+           max_chunks: int = 8, fixed_chunks: int = 0) -> TPLinearPlan | None:
     if not linear.sequence_parallel or linear.tp_size < 2:
         return None
     available = linear.device.backends
@@ -60,8 +61,8 @@ def choose(linear: LinearInfo, profile: DeviceProfile, backend: str = "auto",
     names = [b for b in PREFERENCE if b in available] if backend == "auto" else [backend]
     if not names:
         return None
-    options = {b: (best(profile, fwd_shape, b, max_chunks), best(profile, bwd_shape, b, max_chunks))
-               for b in names}
+    options = {b: (best(profile, fwd_shape, b, max_chunks, fixed_chunks),
+                   best(profile, bwd_shape, b, max_chunks, fixed_chunks)) for b in names}
     chosen = min(names, key=lambda b: options[b][0].time_s + options[b][1].time_s)
     fwd, bwd = options[chosen]
     if backend == "auto" and fwd.time_s + bwd.time_s >= fwd.sequential_s + bwd.sequential_s:

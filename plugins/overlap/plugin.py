@@ -1,6 +1,7 @@
 """Hook implementation of FLUX's overlap: the backend and chunk schedule of each sequence-
 parallel TP linear, decided from the timeline model and the device profile
-(``rlweave.overlap.backend`` / ``.profile`` / ``.max_chunks_per_rank``)."""
+(``rlweave.overlap.backend`` / ``.profile`` / ``.max_chunks_per_rank`` /
+``.chunks_per_rank``)."""
 
 from __future__ import annotations
 
@@ -22,4 +23,5 @@ def rlweave_configure(config: RlweaveConfig) -> None:
 @hookimpl
 def rlweave_tp_linear_impl(linear: LinearInfo) -> TPLinearPlan | None:
     profile = load(_settings.profile, linear.device.name)
-    return choose(linear, profile, _settings.backend, _settings.max_chunks_per_rank)
+    return choose(linear, profile, _settings.backend, _settings.max_chunks_per_rank,
+                  _settings.chunks_per_rank)
