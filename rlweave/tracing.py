@@ -177,14 +177,16 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def lane_summaries(events: Sequence[dict[str, Any]]) -> list[LaneSummary]:
-    """Busy fraction of each worker over the trace's span (overlapping spans count once)."""
+def lane_summaries(events: Sequence[dict[str, Any]],
+                   cut: Sequence[tuple[float, float]] = ()) -> list[LaneSummary]:
+    """Busy fraction of each worker over the trace's span (overlapping spans count once), less
+    the ``cut`` intervals (µs, spanning no span: see :func:`idle_gaps`)."""
     spans = [e for e in events if e["ph"] == "X"]
     if not spans:
         return []
     t0 = min(e["ts"] for e in spans)
     t1 = max(e["ts"] + e["dur"] for e in spans)
-    wall = max(t1 - t0, 1e-9)
+    wall = max(t1 - t0 - sum(b - a for a, b in cut), 1e-9)
     lanes: dict[str, list[tuple[float, float]]] = {}
     for e in spans:
         lanes.setdefault(e["worker"], []).append((e["ts"], e["ts"] + e["dur"]))
@@ -194,31 +196,92 @@ def lane_summaries(events: Sequence[dict[str, Any]]) -> list[LaneSummary]:
     ]
 
 
+def idle_gaps(spans: Sequence[dict[str, Any]], longer_than: float = 0.1) -> list[tuple[float, float]]:
+    """(start, end) in µs of each stretch with no span on any lane longer than ``longer_than``
+    of the trace's span and than 2 s: start-up before the first step, typically (engines
+    loading, the first weight sync done), which would otherwise take most of a timeline."""
+    if not spans:
+        return []
+    intervals = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans)
+    total = max(b for _, b in intervals) - intervals[0][0]
+    floor = max(longer_than * total, 2e6)
+    gaps, end = [], intervals[0][1]
+    for a, b in intervals[1:]:
+        if a - end > floor:
+            gaps.append((end, a))
+        end = max(end, b)
+    return gaps
+
+
+class _CutAxis:
+    """Maps trace time (µs) to drawn seconds with each cut gap drawn ``width_s`` wide."""
+
+    def __init__(self, t0: float, gaps: Sequence[tuple[float, float]], width_s: float) -> None:
+        self.t0, self.gaps, self.width_s = t0, list(gaps), width_s
+
+    def x(self, t: float) -> float:
+        removed = sum((b - a) / 1e6 - self.width_s for a, b in self.gaps if b <= t)
+        return (t - self.t0) / 1e6 - removed
+
+    def seconds(self, x: float) -> float:
+        """The inverse on drawn stretches: seconds since ``t0`` (for the tick labels)."""
+        for a, b in self.gaps:
+            if x <= self.x(a):
+                break
+            x += (b - a) / 1e6 - self.width_s
+        return x
+
+
+def _gap_kind(spans: Sequence[dict[str, Any]], start: float) -> str:
+    """"start-up" for a gap that only a few spans (at most a tenth) precede, else "idle"."""
+    before = sum(1 for e in spans if e["ts"] + e["dur"] <= start)
+    return "start-up" if before <= 0.1 * len(spans) else "idle"
+
+
 def write_timeline_png(events: Sequence[dict[str, Any]], path: str | os.PathLike, title: str) -> Path:
-    """One row per worker, one coloured bar per span (colour = span name), busy % per row."""
+    """One row per worker, one coloured bar per span (colour = span name), busy % per row.
+
+    Stretches with no span on any lane (:func:`idle_gaps`, start-up mostly) are cut: drawn as a
+    narrow hatched break labelled with their length, left out of the busy shares, and said so
+    under the axis; tick labels keep the true seconds since the first span."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     spans = [e for e in events if e["ph"] == "X"]
-    summaries = lane_summaries(spans)
+    gaps = idle_gaps(spans)
+    summaries = lane_summaries(spans, gaps)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.5 * max(len(summaries), 1)))
+    fig, ax = plt.subplots(figsize=(11, 1.4 + 0.5 * max(len(summaries), 1)))
+    xlabel = "seconds since the first span"
     if spans:
         t0 = min(e["ts"] for e in spans)
+        drawn = (max(e["ts"] + e["dur"] for e in spans) - t0) / 1e6 - sum(b - a for a, b in gaps) / 1e6
+        axis = _CutAxis(t0, gaps, width_s=0.03 * drawn)
         names = sorted({e["name"] for e in spans})
         colours = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
         for row, lane in enumerate(summaries):
-            bars = [((e["ts"] - t0) / 1e6, e["dur"] / 1e6) for e in spans if e["worker"] == lane.worker]
-            cols = [colours[e["name"]] for e in spans if e["worker"] == lane.worker]
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=cols)
+            mine = [e for e in spans if e["worker"] == lane.worker]
+            bars = [(axis.x(e["ts"]), axis.x(e["ts"] + e["dur"]) - axis.x(e["ts"])) for e in mine]
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=[colours[e["name"]] for e in mine])
+        for a, b in gaps:
+            left = axis.x(a)
+            ax.axvspan(left, left + axis.width_s, facecolor="0.94", hatch="//", edgecolor="0.7", lw=0)
+            ax.text(left + axis.width_s / 2, (len(summaries) - 1) / 2, f"{_gap_kind(spans, a)}: "
+                    f"{(b - a) / 1e6:.1f} s, not drawn", rotation=90, ha="center", va="center",
+                    fontsize=7, color="0.25", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{axis.seconds(x):.0f}"))
         ax.set_yticks(range(len(summaries)),
                       [f"{s.worker}  busy {s.busy_fraction:.0%}" for s in summaries])
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[n]) for n in names]
         ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    ax.set_xlabel("seconds")
+        if gaps:
+            xlabel += (f"; {sum(b - a for a, b in gaps) / 1e6:.1f} s with no span on any lane cut out "
+                       "(hatched), and left out of the busy shares")
+    ax.set_xlabel(xlabel, fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -5,7 +5,14 @@ import signal
 import subprocess
 import sys
 
-from rlweave.tracing import Tracer, lane_summaries, load_events, write_chrome_trace, write_timeline_png
+from rlweave.tracing import (
+    Tracer,
+    idle_gaps,
+    lane_summaries,
+    load_events,
+    write_chrome_trace,
+    write_timeline_png,
+)
 
 
 def test_spans_round_trip_through_files_and_exports(tmp_path):
@@ -72,3 +79,19 @@ def test_a_forked_child_flushes_on_its_own(tmp_path):
               f"os.waitpid(pid, 0)\n")
     subprocess.run([sys.executable, "-c", script], check=True)
     assert [e["name"] for e in load_events(tmp_path)] == ["iteration"]
+
+
+def test_a_start_up_stretch_with_no_span_is_cut_from_the_timeline_and_the_busy_shares(tmp_path):
+    """An initial weight sync, 16 s of engines starting with no span, then steady steps."""
+    s = 1e6
+    events = [{"name": "weight_sync", "ph": "X", "ts": 0.0, "dur": 2 * s, "worker": "rollout"}]
+    for step in range(10):
+        start = (18 + 3 * step) * s
+        events += [{"name": "generate", "ph": "X", "ts": start, "dur": 2 * s, "worker": "rollout"},
+                   {"name": "update_actor", "ph": "X", "ts": start + 2 * s, "dur": s, "worker": "actor"}]
+    assert idle_gaps(events) == [(2 * s, 18 * s)]
+    assert idle_gaps(events[1:]) == []  # steady steps alone have no gap to cut
+    cut = {lane.worker: lane.busy_fraction for lane in lane_summaries(events, idle_gaps(events))}
+    assert cut == {"actor": 10 / 32, "rollout": 22 / 32}  # 32 s drawn: 2 s, then steps from 18 s to 48 s
+    png = write_timeline_png(events, tmp_path / "timeline.png", "test")
+    assert png.read_bytes()[:4] == b"\x89PNG"
