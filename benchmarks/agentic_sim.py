@@ -5,10 +5,14 @@ the per-iteration cost measured on the real engine (:class:`EngineCostModel`). E
 up to ``slots`` requests per iteration; an iteration with ``B`` requests takes
 ``iteration_s(B)``; admitting a request first stalls the batch for its prefill. A finished turn
 enters its tool call, after which the next turn is placed and queued again. Token progress is
-advanced lazily between events, so the cost is per event, not per iteration.
+advanced lazily between events, so the cost is per event, not per iteration. An instance's
+prefix cache keeps a trajectory's context between its turns, so a turn prefills only what is
+new there (a migrated turn re-prefills its whole context).
 
 Policies are the same objects the real run uses: verl's sticky least-loaded balancer logic and
-FCFS queues, or rlweave's :class:`TrajectoryOrchestrator` with priority queues.
+FCFS queues, or rlweave's :class:`TrajectoryOrchestrator` with priority queues, told what the
+agent loop tells it (each trajectory's start, its turns' starts and ends, its finish). The
+preemptive queue and tail parallelism (:mod:`.agentic_tail`) are simulated ablations only.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-from rlweave.benchmarks.agentic_workload import Trajectory
+from rlweave.benchmarks.agentic_workload import TOOL_OUTPUT_TOKENS, Trajectory
 from rlweave.plugins.agentic_rollout.orchestrator import TrajectoryOrchestrator
-from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
+from rlweave.benchmarks.agentic_tail import TailParallelism
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
 from rlweave.types import InstanceLoad, TrajectoryInfo
 
@@ -75,16 +79,18 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
     by_id = {i.iid: i for i in insts}
     sticky: dict[str, str] = {}
     inflight = {i.iid: 0 for i in insts}
-    state = {t.id: {"turns": 0, "tokens": 0, "queued": 0.0, "inst": None} for t in trajectories}
+    state = {t.id: {"turns": 0, "tokens": 0, "inst": None} for t in trajectories}
     queueing = {t.id: 0.0 for t in trajectories}
+    cached: dict[tuple[str, str], int] = {}  # (instance, trajectory) -> context tokens cached
     finish: dict[str, float] = {}
     events: list[tuple[float, int, str, object]] = []
     seq = itertools.count()
 
     def info(t: Trajectory) -> TrajectoryInfo:
         s = state[t.id]
-        return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], s["queued"], s["inst"],
-                              t.task, t.prompt_len)
+        turn = min(s["turns"], len(t.turn_tokens) - 1)
+        return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], s["inst"], t.task,
+                              t.prompt_len, t.context_before(turn))
 
     def advance(inst: _Instance, now: float) -> None:
         if inst.running and now > inst.progress_from:
@@ -97,12 +103,12 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         prefill = 0
         while inst.waiting and len(inst.running) < inst.cost.slots:
             _, rid, turn = heapq.heappop(inst.waiting)
-            waited = now - turn.submit_s
-            queueing[turn.traj.id] += waited
-            state[turn.traj.id]["queued"] += waited
+            queueing[turn.traj.id] += now - turn.submit_s
             left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
             inst.running[rid] = (turn, float(left))
-            prefill += turn.traj.context_before(turn.index)
+            # vLLM's prefix cache holds the trajectory's context where its last turn ran.
+            context = turn.traj.context_before(turn.index)
+            prefill += max(context - cached.get((inst.iid, turn.traj.id), 0), 0)
         if queue == "preemptive":
             prefill += preempt_for_waiting(inst, now)
         inst.progress_from += prefill * inst.cost.prefill_s_per_token
@@ -126,7 +132,6 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
             heapq.heappush(inst.waiting, (worst.key, rid, worst))
             _, nrid, turn = heapq.heappop(inst.waiting)
             queueing[turn.traj.id] += now - turn.submit_s
-            state[turn.traj.id]["queued"] += now - turn.submit_s
             left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
             inst.running[nrid] = (turn, float(left))
             done = turn.traj.turn_tokens[turn.index] - left
@@ -135,6 +140,10 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
 
     def submit(t: Trajectory, now: float) -> None:
         s = state[t.id]
+        # As rlweave's agent loop: report the turn and take its priority, then acquire.
+        if orchestrator is not None:
+            orchestrator.turn_started(info(t), now)
+        key: tuple = (orchestrator.priority(info(t)), now) if queue != "fcfs" else (now,)
         if placement == "sticky":
             iid = sticky.get(t.id)
             if iid is None:
@@ -143,7 +152,6 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         else:
             loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in live]
             iid = orchestrator.choose_instance(info(t), loads, now)
-        key: tuple = (orchestrator.priority(info(t)), now) if queue != "fcfs" else (now,)
         s["inst"] = iid
         inflight[iid] += 1
         inst = by_id[iid]
@@ -199,8 +207,6 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
     while events:
         now, _, kind, payload = heapq.heappop(events)
         if kind == "submit":
-            if orchestrator is not None and state[payload.id]["turns"]:
-                orchestrator.tool_ended(info(payload), now)
             submit(payload, now)
             continue
         iid, version = payload
@@ -214,15 +220,16 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
             del inst.running[rid]
             inflight[iid] -= 1
             t, s = turn.traj, state[turn.traj.id]
+            cached[(iid, t.id)] = t.context_before(turn.index) + t.turn_tokens[turn.index]
             s["turns"] += 1
             s["tokens"] += t.turn_tokens[turn.index]
+            if orchestrator is not None:
+                orchestrator.turn_ended(info(t), now)
             if s["turns"] == len(t.turn_tokens):
                 finish[t.id] = now
                 if orchestrator is not None:
                     orchestrator.finished(info(t))
             else:
-                if orchestrator is not None:
-                    orchestrator.tool_started(info(t), now)
                 heapq.heappush(events, (now + t.tool_s[turn.index], next(seq), "submit", t))
         reschedule(inst, now)
         maybe_switch_tail(now)
@@ -231,8 +238,9 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
 
 
 def serial_time(t: Trajectory, cost: EngineCostModel) -> float:
-    """A trajectory alone on an idle engine: the makespan can never beat the longest of these."""
-    prefill = sum(t.context_before(i) for i in range(len(t.turn_tokens)))
+    """A trajectory alone on an idle engine, its context cached between turns: the makespan
+    can never beat the longest of these."""
+    prefill = t.prompt_len + TOOL_OUTPUT_TOKENS * (len(t.turn_tokens) - 1)
     return t.tokens * cost.iteration_s(1) + sum(t.tool_s) + prefill * cost.prefill_s_per_token
 
 

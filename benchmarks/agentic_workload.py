@@ -1,9 +1,22 @@
-"""The agentic rollout workload of ``rlweave bench agentic``: seeded, or read from a trace file.
+"""The agentic rollout workloads of ``rlweave bench agentic``: seeded shapes, or a trace file.
 
-A rollout batch is ``prompts`` prompts x ``group`` samples (a GRPO group per prompt). Each prompt
-belongs to a task family that sets its typical number of turns; the prompt's own difficulty
-scales it for all its samples (siblings have similar lengths), and every sample draws its own
-turns, per-turn output lengths and tool latencies from heavy-tailed (log-normal) distributions.
+A rollout batch is ``prompts`` prompts x ``group`` samples (a GRPO group per prompt). Each
+prompt belongs to a task (prompts cycle through the shape's tasks), and its own difficulty
+scales the turns of all its samples (siblings have similar lengths). Every sample then draws
+its turns, per-turn output lengths and tool latencies from heavy-tailed (log-normal)
+distributions; a task may give each trajectory its own tool speed (its sandbox), and a share of
+its prompts a deep tail of many turns. The shapes (``WORKLOADS``):
+
+- ``default``: 64 trajectories, three tasks of 2, 4 and 9 median turns, 32-token turns, 0.2 s
+  tools.
+- ``tool-dominated``: 96 trajectories of 5-7 median turns, short generations, tool calls of
+  0.3-0.5 s with a speed of their own per trajectory (its sandbox): the critical path is mostly
+  tool time.
+- ``token-dominated``: 64 trajectories of long generations (64-96 tokens a turn, each prompt and
+  trajectory with its own verbosity), tools of 20 ms: the critical path is decode time.
+- ``deep-tail``: 128 trajectories, most ending in 1-3 turns, a few prompts whose samples all run
+  10-20, heavy-tailed tool latencies.
+- ``mixed``: 96 trajectories of four tasks that differ in turns, tokens and tools at once.
 
 Trace format (``--trace FILE``), one trajectory per JSON line::
 
@@ -17,13 +30,14 @@ Trace format (``--trace FILE``), one trajectory per JSON line::
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-TASK_MEDIAN_TURNS = {"lookup": 2.0, "search": 4.0, "code": 9.0}
-TOOL_OUTPUT_TOKENS = 8  # tokens a tool call appends to the context
+TOOL_OUTPUT_TOKENS = 8  # tokens a tool call appends to the context (about; the chat template adds some)
+TRACE_FIELDS = ('{"id": str, "group": str, "task": str, "prompt_len": int, '
+                '"turn_tokens": [int, ...], "tool_s": [float, ...] (one fewer than turn_tokens)}')
 
 
 @dataclass(frozen=True)
@@ -44,34 +58,115 @@ class Trajectory:
         return self.prompt_len + sum(self.turn_tokens[:turn]) + TOOL_OUTPUT_TOKENS * turn
 
 
-def synthetic(seed: int, prompts: int = 16, group: int = 4, max_context: int = 3000,
-              max_turns: int = 32, tool_median_s: float = 0.2) -> list[Trajectory]:
-    rng = np.random.default_rng(seed)
-    tasks = list(TASK_MEDIAN_TURNS)
+@dataclass(frozen=True)
+class TaskShape:
+    median_turns: float
+    median_tokens: float = 32.0
+    tool_median_s: float = 0.2
+    turns_sigma: float = 0.5
+    tokens_sigma: float = 0.7  # per turn
+    trajectory_tokens_sigma: float = 0.0  # a verbosity factor per trajectory
+    tool_sigma: float = 0.8  # per call
+    trajectory_tool_sigma: float = 0.0  # a speed factor per trajectory (its sandbox)
+    deep_share: float = 0.0  # prompts whose samples all run deep_turns
+    deep_turns: tuple[int, int] = (10, 20)
+    max_tokens: int = 192
+    max_tool_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    prompts: int
+    group: int
+    tasks: dict[str, TaskShape] = field(default_factory=dict)
+    difficulty_sigma: float = 0.4  # a factor per prompt on its samples' turns
+    verbosity_sigma: float = 0.0  # a factor per prompt on its samples' tokens per turn
+
+
+WORKLOADS: dict[str, WorkloadShape] = {
+    "default": WorkloadShape(16, 4, {"lookup": TaskShape(2.0), "search": TaskShape(4.0),
+                                     "code": TaskShape(9.0)}),
+    "tool-dominated": WorkloadShape(24, 4, {
+        "search": TaskShape(5.0, 32.0, 0.5, tool_sigma=0.5, trajectory_tool_sigma=0.6,
+                            max_tool_s=6.0),
+        "browse": TaskShape(7.0, 24.0, 0.3, tool_sigma=0.5, trajectory_tool_sigma=0.6,
+                            max_tool_s=6.0)}, verbosity_sigma=0.3),
+    "token-dominated": WorkloadShape(16, 4, {
+        "math": TaskShape(2.0, 96.0, 0.02, tokens_sigma=0.4, trajectory_tokens_sigma=0.3,
+                          max_tokens=384),
+        "code": TaskShape(4.0, 64.0, 0.02, tokens_sigma=0.4, trajectory_tokens_sigma=0.3,
+                          max_tokens=384)}, verbosity_sigma=0.5),
+    "deep-tail": WorkloadShape(32, 4, {
+        "qa": TaskShape(1.5, 40.0, 0.4, turns_sigma=0.4, tool_sigma=1.0, deep_share=0.12,
+                        max_tool_s=6.0)}, verbosity_sigma=0.3),
+    "mixed": WorkloadShape(24, 4, {
+        "lookup": TaskShape(2.0, 16.0, 0.1),
+        "search": TaskShape(5.0, 16.0, 1.0, tool_sigma=0.8, trajectory_tool_sigma=0.5),
+        "code": TaskShape(5.0, 80.0, 0.3, max_tokens=256),
+        "agent": TaskShape(2.0, 24.0, 0.5, deep_share=0.25)}),
+}
+
+
+def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape: TaskShape,
+                prompt_len: int, difficulty: float, verbosity: float, deep: bool,
+                max_context: int) -> Trajectory:
+    if deep:
+        turns = int(rng.integers(shape.deep_turns[0], shape.deep_turns[1] + 1))
+    else:
+        turns = int(np.clip(round(rng.lognormal(np.log(shape.median_turns * difficulty),
+                                                shape.turns_sigma)), 1, 32))
+    verbosity *= rng.lognormal(0.0, shape.trajectory_tokens_sigma) if shape.trajectory_tokens_sigma else 1.0
+    tokens = np.clip(rng.lognormal(np.log(shape.median_tokens * verbosity), shape.tokens_sigma,
+                                   turns), 4, shape.max_tokens).astype(int)
+    speed = rng.lognormal(0.0, shape.trajectory_tool_sigma) if shape.trajectory_tool_sigma else 1.0
+    tools = np.clip(rng.lognormal(np.log(shape.tool_median_s * speed), shape.tool_sigma, turns - 1),
+                    0.005, shape.max_tool_s)
+    # Keep every context inside the model's window by dropping trailing turns.
+    while turns > 1 and prompt_len + tokens.sum() + TOOL_OUTPUT_TOKENS * (turns - 1) > max_context:
+        turns -= 1
+        tokens, tools = tokens[:turns], tools[:turns - 1]
+    return Trajectory(tid, group, task, prompt_len, tuple(int(x) for x in tokens),
+                      tuple(round(float(x), 4) for x in tools))
+
+
+def synthetic(seed: int, prompts: int | None = None, group: int | None = None,
+              max_context: int = 3000, workload: str = "default", tool_scale: float = 1.0,
+              epoch: int = 0) -> list[Trajectory]:
+    """One seeded rollout batch of the ``workload`` shape (its own batch size unless given);
+    ``tool_scale`` multiplies every tool latency. The prompts (task, difficulty, length) depend
+    on ``seed`` only; another ``epoch`` draws new samples of the same prompts, as RL revisits
+    its prompts every epoch."""
+    shape = WORKLOADS[workload]
+    prompts = shape.prompts if prompts is None else prompts
+    group = shape.group if group is None else group
+    names = list(shape.tasks)
     out = []
     for p in range(prompts):
-        task = tasks[p % len(tasks)]
-        difficulty = rng.lognormal(0.0, 0.4)
+        task = names[p % len(names)]
+        ts = shape.tasks[task]
+        if tool_scale != 1.0:
+            ts = TaskShape(**{**asdict(ts), "tool_median_s": ts.tool_median_s * tool_scale,
+                              "max_tool_s": ts.max_tool_s * tool_scale})
+        rng = np.random.default_rng((seed, p))
+        difficulty = rng.lognormal(0.0, shape.difficulty_sigma)
+        verbosity = rng.lognormal(0.0, shape.verbosity_sigma) if shape.verbosity_sigma else 1.0
+        deep = bool(rng.random() < ts.deep_share)
         prompt_len = int(rng.integers(16, 64))
-        for s in range(group):
-            turns = int(np.clip(round(rng.lognormal(np.log(TASK_MEDIAN_TURNS[task] * difficulty),
-                                                    0.5)), 1, max_turns))
-            tokens = np.clip(rng.lognormal(np.log(32), 0.7, turns), 4, 192).astype(int)
-            tools = np.clip(rng.lognormal(np.log(tool_median_s), 0.8, turns - 1),
-                            0.1 * tool_median_s, 10 * tool_median_s)
-            # Keep every context inside the model's window by dropping trailing turns.
-            while turns > 1 and prompt_len + tokens.sum() + TOOL_OUTPUT_TOKENS * (turns - 1) > max_context:
-                turns -= 1
-                tokens, tools = tokens[:turns], tools[:turns - 1]
-            out.append(Trajectory(f"p{p}-s{s}", f"p{p}", task, prompt_len,
-                                  tuple(int(x) for x in tokens),
-                                  tuple(round(float(x), 4) for x in tools)))
+        out += [_trajectory(np.random.default_rng((seed, p, epoch + 1000, s)), f"p{p}-s{s}",
+                            f"p{p}", task, ts, prompt_len, difficulty, verbosity, deep, max_context)
+                for s in range(group)]
     return out
 
 
 def load_trace(path: str | Path) -> list[Trajectory]:
+    """A trace file's trajectories; a bad line stops with one message naming the file, the line
+    and the fields expected."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SystemExit(f"{path}: cannot read the trace ({e.strerror})") from None
     out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -80,18 +175,41 @@ def load_trace(path: str | Path) -> list[Trajectory]:
                            str(row.get("task", "")), int(row.get("prompt_len", 32)),
                            tuple(int(x) for x in row["turn_tokens"]),
                            tuple(float(x) for x in row.get("tool_s", ())))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{path}:{n}: not a trajectory line ({e}); see the format in "
-                             "rlweave.benchmarks.agentic_workload") from None
-        if not t.turn_tokens or len(t.tool_s) != len(t.turn_tokens) - 1 or min(t.turn_tokens) < 1:
-            raise ValueError(f"{path}:{n}: needs >= 1 turn of >= 1 token and one tool latency "
-                             f"between consecutive turns (got {len(t.turn_tokens)} turns, "
-                             f"{len(t.tool_s)} tool latencies)")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise SystemExit(f"{path}:{n}: expected {TRACE_FIELDS} ({type(e).__name__}: {e})") from None
+        if not t.turn_tokens or len(t.tool_s) != len(t.turn_tokens) - 1 or min(t.turn_tokens) < 1 \
+                or min(t.tool_s, default=0.0) < 0:
+            raise SystemExit(f"{path}:{n}: needs >= 1 turn of >= 1 token and one tool latency "
+                             f">= 0 between consecutive turns (got {len(t.turn_tokens)} turns, "
+                             f"{len(t.tool_s)} tool latencies); expected {TRACE_FIELDS}")
         out.append(t)
     if not out:
-        raise ValueError(f"{path}: no trajectories")
+        raise SystemExit(f"{path}: no trajectories; expected one per line: {TRACE_FIELDS}")
+    ids = [t.id for t in out]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"{path}: trajectory ids must be unique")
     return out
 
 
 def dump_trace(trajectories: list[Trajectory], path: str | Path) -> None:
     Path(path).write_text("".join(json.dumps(asdict(t)) + "\n" for t in trajectories))
+
+
+HISTORIES = ("epoch", "new-prompts")
+
+
+def previous_step(seed: int, workload: str = "default", prompts: int | None = None,
+                  group: int | None = None, history: str = "epoch", tool_scale: float = 1.0
+                  ) -> list[Trajectory]:
+    """The batch the predictor learned from before the measured one: the same prompts one epoch
+    earlier (``"epoch"``: most steps of an RL run revisit their prompts), or other prompts of
+    the same shape (``"new-prompts"``: the first epoch, where only the task mix is known)."""
+    if history not in HISTORIES:
+        raise ValueError(f"history {history!r}: one of {', '.join(HISTORIES)}")
+    if history == "epoch":
+        past = synthetic(seed, prompts, group, workload=workload, tool_scale=tool_scale, epoch=-1)
+        return [Trajectory(f"prev-{t.id}", t.group, t.task, t.prompt_len, t.turn_tokens, t.tool_s)
+                for t in past]
+    past = synthetic(seed + 10_000, prompts, group, workload=workload, tool_scale=tool_scale)
+    return [Trajectory(f"prev-{t.id}", f"prev-{t.group}", t.task, t.prompt_len, t.turn_tokens,
+                       t.tool_s) for t in past]

@@ -24,6 +24,7 @@ PLUGINS = "plugins"  # some rlweave plugin is enabled in this process
 VERL_CPU = "verl-cpu"  # verl's CPU platform is selected (VERL_PLATFORM=cpu)
 EXPERT_PLACEMENT = "expert-placement"  # a plugin decides MoE expert placement (replay_balance)
 REQUEST_PRIORITY = "request-priority"  # a plugin decides engine request priorities (agentic_rollout)
+ROLLOUT_STATE = "rollout-state"  # a rollout plugin keeps learned state with checkpoints (agentic_rollout)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,15 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.9.0,<0.10"),
         target="verl.workers.rollout.router.get_router_handle",
         why="verl has no flag-free way for a plugin to supply the request load balancer (Heddle placement)",
+    ),
+    Patch(
+        name="verl_rollout_state",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.trainer.ppo.v1.trainer_base.PPOTrainer._save_checkpoint",
+        why="verl's trainer has no hook after loading a checkpoint, and its save callback must be set "
+            "on the command line (Heddle's predictor history is kept with the checkpoint)",
+        groups=(ROLLOUT_STATE,),
     ),
     Patch(
         name="verl_sglang_priority",

@@ -55,7 +55,42 @@ class TracingConfig(PluginSection):
 
 @dataclass
 class StageFusionConfig(PluginSection):
+    """RLHFuse's stage fusion (rlweave.plugins.stage_fusion). In verl (trainer mode
+    ``rlweave_stream``): each sample's inference as it finishes, and the generation tail
+    migrated onto the instances off the trainer's devices so that theirs run the inference.
+
+    ``migration``: migrate at all. ``migrate_threshold``: migrate once at most this many of the
+    step's samples remain (0: the threshold and destinations the cost model predicts fastest, from
+    the previous step's lengths). The cost model: a decode iteration with ``b`` sequences takes
+    ``decode_base_ms + decode_per_seq_ms * b``, re-prefill ``prefill_us_per_token`` per token;
+    inference ``inference_ms_per_sample`` (0: measured on the previous step), ``shared_slowdown``
+    times slower (and the engine too) while an engine decodes on the trainer's devices.
+    ``rlweave bench fusion-inter`` measures them on the real engine and trainer.
+    """
+
+    available: ClassVar[bool] = True
     paper: ClassVar[str] = "RLHFuse (NSDI'25)"
+    migration: bool = True
+    migrate_threshold: int = 0
+    decode_base_ms: float = 2.0
+    decode_per_seq_ms: float = 0.1
+    prefill_us_per_token: float = 20.0
+    inference_ms_per_sample: float = 0.0
+    shared_slowdown: float = 2.0
+
+    def finalize(self) -> None:
+        for option, value, ok, allowed in (
+            ("migrate_threshold", self.migrate_threshold, self.migrate_threshold >= 0,
+             ">= 0 (0 = chosen by the cost model)"),
+            ("decode_base_ms", self.decode_base_ms, self.decode_base_ms > 0, "> 0"),
+            ("decode_per_seq_ms", self.decode_per_seq_ms, self.decode_per_seq_ms >= 0, ">= 0"),
+            ("prefill_us_per_token", self.prefill_us_per_token, self.prefill_us_per_token >= 0, ">= 0"),
+            ("inference_ms_per_sample", self.inference_ms_per_sample, self.inference_ms_per_sample >= 0,
+             ">= 0 (0 = measured on the previous step)"),
+            ("shared_slowdown", self.shared_slowdown, self.shared_slowdown >= 1, ">= 1"),
+        ):
+            if not ok:
+                raise ConfigError(f"bad value {value!r} for 'rlweave.stage_fusion.{option}'; allowed: {allowed}.")
 
 
 @dataclass
@@ -107,9 +142,11 @@ class AgenticRolloutConfig(PluginSection):
     """Heddle's trajectory-level priority, placement and migration (rlweave.plugins.agentic_rollout).
 
     The engine cost model (``iteration_base_ms + iteration_per_seq_ms * batch`` per decode
-    iteration, ``slots`` sequences per instance, ``prefill_us_per_token``) is what placement
-    balances; ``rlweave bench agentic`` measures it on the real engine and prints the values to
-    set. ``queue_weight``: urgency gained per second a trajectory already queued.
+    iteration, ``slots`` sequences per instance, ``prefill_us_per_token``) turns predicted tokens
+    into seconds and is what placement balances; ``rlweave bench agentic`` measures it on the
+    real engine and prints the values to set. ``prior_tool_ms``: the tool time per call assumed
+    before any is observed. ``history_decay``: the weight of the previous rollout batch's
+    observations relative to this one's (the predictor keeps ``history`` per task and group).
     ``replan_s``: how often the placement plan is refreshed. ``migrate_fraction``: a trajectory
     moves at a tool call only if re-prefilling its context costs less than this fraction of its
     predicted remaining time.
@@ -121,7 +158,9 @@ class AgenticRolloutConfig(PluginSection):
     iteration_per_seq_ms: float = 0.1
     slots: int = 256
     prefill_us_per_token: float = 20.0
-    queue_weight: float = 1.0
+    prior_tool_ms: float = 500.0
+    history_decay: float = 0.5
+    history: int = 2048
     replan_s: float = 0.25
     migrate_fraction: float = 0.1
 
@@ -131,7 +170,9 @@ class AgenticRolloutConfig(PluginSection):
             ("iteration_per_seq_ms", self.iteration_per_seq_ms >= 0, ">= 0"),
             ("slots", self.slots >= 1, ">= 1 (the engine's max_num_seqs)"),
             ("prefill_us_per_token", self.prefill_us_per_token >= 0, ">= 0"),
-            ("queue_weight", self.queue_weight >= 0, ">= 0"),
+            ("prior_tool_ms", self.prior_tool_ms >= 0, ">= 0"),
+            ("history_decay", 0 < self.history_decay <= 1, "in (0, 1] (1 = never forget)"),
+            ("history", self.history >= 1, ">= 1"),
             ("replan_s", self.replan_s >= 0, ">= 0"),
             ("migrate_fraction", 0 <= self.migrate_fraction <= 1, "between 0 and 1 (0 = never migrate)"),
         ):
@@ -185,8 +226,8 @@ class ReplayBalanceConfig(PluginSection):
 
     ``slots_per_rank``: expert weight slots per EP rank (its own experts plus spare slots for
     replicas); 0 means its own experts plus one spare. ``ranks_per_node``: EP ranks per node
-    (replicas stay inside a node). ``threshold``: stop replicating once a micro-batch's max/mean
-    rank load is at most this.
+    (micro-batch replicas stay inside a node; moves and step replicas may cross). ``threshold``:
+    stop replicating once a micro-batch's max/mean rank load is at most this.
     """
 
     available: ClassVar[bool] = True

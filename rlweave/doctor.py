@@ -37,7 +37,7 @@ from rlweave.environments import ENVIRONMENTS, rig_dir, site_packages
 from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING_FRAMEWORKS
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
 from rlweave.host import DEFAULT_PLUGINS
-from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, VERL_CPU
+from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, ROLLOUT_STATE, VERL_CPU
 from rlweave.types import SettingRequirement
 
 Rows = list[list[str]]
@@ -320,7 +320,8 @@ def verl_settings_table() -> Rows:
 
 
 WHEN = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu",
-        EXPERT_PLACEMENT: "a plugin places MoE experts", REQUEST_PRIORITY: "a plugin sets request priorities"}
+        EXPERT_PLACEMENT: "a plugin places MoE experts", REQUEST_PRIORITY: "a plugin sets request priorities",
+        ROLLOUT_STATE: "a rollout plugin keeps learned state"}
 
 
 def patches_table(envs: Sequence[Environment]) -> Rows:

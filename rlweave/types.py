@@ -143,6 +143,47 @@ class StreamSettings:
 
 
 @dataclass(frozen=True)
+class RolloutInstance:
+    """One rollout engine instance (verl: a replica's server) as a stage-fusion plugin sees it.
+    ``shares_inference_devices``: the trainer's inference stage runs on its devices too, so
+    while it decodes the two slow each other down; ``slots``: its batch cap (``max_num_seqs``)."""
+
+    instance_id: str
+    shares_inference_devices: bool
+    slots: int
+
+
+@dataclass(frozen=True)
+class FusionStep:
+    """A training step about to generate, for a plugin that fuses generation with inference:
+    ``samples`` it generates on ``instances``, the mean prompt tokens (what a migrated sample
+    re-prefills beside its output), and the inference seconds per sample measured on the step
+    before, with no instance decoding on the trainer's devices and beside one (``shared_``;
+    0: none measured yet)."""
+
+    step: int
+    samples: int
+    instances: tuple[RolloutInstance, ...]
+    prompt_len: int = 0
+    inference_s_per_sample: float = 0.0
+    shared_inference_s_per_sample: float = 0.0
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """RLHFuse's long-tail migration for one step: once at most ``threshold`` samples are still
+    generating, the unfinished samples of ``sources`` move to ``destinations`` (aborted,
+    resubmitted with their generated tokens, re-prefilled). The predicted generation+inference
+    stage with the plan and without it."""
+
+    threshold: int
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
+    predicted_stage_s: float
+    predicted_stage_s_without: float
+
+
+@dataclass(frozen=True)
 class DynamicBatchRequest:
     """A streaming trainer that could take a dynamic batch now. Counts are of GRPO groups:
     ``ready_due`` and ``pending_due`` finished and still-generating groups whose staleness
@@ -356,11 +397,13 @@ class Heartbeat:
     """A worker's liveness and progress, as the monitor received it.
 
     ``worker`` is ``"<role>:<rank>"`` (``trainer:1``, ``rollout:0``, ``rollout:0/engine``,
-    ``agent_loop:0``). ``time_s`` is the monitor's own monotonic clock at receipt, so silence is
+    ``agent_loop:0``). ``time_s`` is when the monitor received it, on its own clock, so silence is
     measured on one clock. ``section`` is the section in progress (``""``: between sections) and
     ``section_s`` how long it has run; ``collective`` the last collective it entered, with its
     sequence number (``"all_reduce#42"``); ``finished`` the sections completed since the last
-    beat. ``alive=False``: the adapter saw the process exit (a crash is known at once).
+    beat. ``alive=False``: the adapter saw the process exit (a crash is known at once);
+    ``retired``: the adapter ended the process itself (a recovery replaces it), so its silence
+    and its exit are no incident.
     """
 
     worker: str
@@ -374,6 +417,7 @@ class Heartbeat:
     collective: str = ""
     finished: tuple[SectionTime, ...] = ()
     alive: bool = True
+    retired: bool = False
     detail: str = ""
 
     @property

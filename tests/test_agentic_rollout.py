@@ -1,156 +1,213 @@
-"""Heddle's pure parts: predictor, presorted placement, orchestrator decisions, config, and the
-simulator the benchmark extrapolates with."""
+"""Heddle's pure parts: the serial-time predictor, presorted placement, the orchestrator's
+decisions, the plugin's hooks and config, and the simulator the benchmark plans with."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
+import numpy as np
 import pytest
 
 from rlweave.benchmarks.agentic_sim import serial_time, simulate
-from rlweave.benchmarks.agentic_workload import dump_trace, load_trace, synthetic
+from rlweave.benchmarks.agentic_workload import WORKLOADS, Trajectory, dump_trace, load_trace, synthetic
 from rlweave.config import ConfigError, Setting, build_config
 from rlweave.host import build_plugin_manager
 from rlweave.plugins.agentic_rollout.orchestrator import OrchestratorSettings, TrajectoryOrchestrator
 from rlweave.plugins.agentic_rollout.placement import (
     EngineCostModel,
     TrajectoryLoad,
-    assign_runs,
     instance_cost,
-    presorted_partition,
+    presorted_balance,
 )
-from rlweave.plugins.agentic_rollout.predictor import RemainingWorkPredictor
-from rlweave.types import InstanceLoad, TrajectoryInfo
+from rlweave.plugins.agentic_rollout.predictor import SerialTimePredictor
+from rlweave.types import InstanceLoad, TrajectoryEvent, TrajectoryEventKind, TrajectoryInfo
 
 COST = EngineCostModel(base_s=0.002, per_seq_s=0.0005, slots=4, prefill_s_per_token=1e-5)
 
 
-def test_predictor_conditions_on_the_turns_already_survived() -> None:
-    p = RemainingWorkPredictor(prior_turns=3.0)
-    assert p.predict("t", "g", 0, 0).remaining_turns == 3.0  # nothing learned yet: the prior
+def test_remaining_turns_condition_on_the_turns_already_survived() -> None:
+    p = SerialTimePredictor(prior_turns=3.0, shrink=1e-6)
+    assert p.predict("t", "g", 0).remaining_turns == pytest.approx(3.0)  # the prior
     for turns in (2, 2, 2, 10):
-        p.observe_finished("t", f"old{turns}", turns, turns * 10)
-    assert p.predict("t", "g", 0, 0).remaining_turns == pytest.approx(4.0)
+        p.observe_finished("t", f"old{turns}", turns)
+    assert p.predict("t", "g", 0).remaining_turns == pytest.approx(4.0)
     # Having survived 3 turns, only the 10-turn trajectory is like it.
-    late = p.predict("t", "g", 3, 30)
-    assert late.remaining_turns == pytest.approx(7.0)
-    assert late.remaining_tokens == pytest.approx(70.0)
+    assert p.predict("t", "g", 3).remaining_turns == pytest.approx(7.0)
     # Beyond everything seen: the remainder grows with the age reached.
-    assert p.predict("t", "g", 20, 200).remaining_turns == pytest.approx(10.0)
+    assert p.predict("t", "g", 20).remaining_turns == pytest.approx(10.0)
 
 
-def test_predictor_weighs_finished_siblings_above_the_task() -> None:
-    p = RemainingWorkPredictor(sibling_weight=9.0)
-    p.observe_finished("t", "other", 2, 20)
-    p.observe_finished("t", "mine", 12, 120)
-    assert p.predict("t", "mine", 0, 0).remaining_turns == pytest.approx((9 * 12 + 2 + 12) / 11)
-    assert p.predict("t", "unrelated", 0, 0).remaining_turns == pytest.approx(7.0)
+def test_a_group_scales_its_task_by_its_finished_and_running_samples() -> None:
+    p = SerialTimePredictor(shrink=1.0)
+    for k, turns in enumerate((2, 2, 4, 4) * 4):
+        p.observe_finished("t", f"other{k}", turns)
+    base = p.predict("t", "new", 1).remaining_turns
+    # Siblings that stopped after one turn: a short prompt.
+    short = SerialTimePredictor(shrink=1.0)
+    short.load_state_dict(p.state_dict())
+    for _ in range(3):
+        short.observe_finished("t", "mine", 1)
+    assert short.predict("t", "mine", 1).remaining_turns < base
+    # Three siblings all past everything the task has seen: a long prompt.
+    assert p.predict("t", "mine", 1, siblings_running=(6, 6, 6)).remaining_turns > 2 * base
 
 
-def _brute_force_best(loads: list[TrajectoryLoad], k: int) -> float:
-    order = sorted(loads, key=lambda t: -(t.remaining_tokens + t.remaining_tool_s))
-    best = float("inf")
-    for cuts in itertools.combinations(range(1, len(order)), k - 1):
-        bounds = (0, *cuts, len(order))
-        best = min(best, max(instance_cost(order[a:b], COST) for a, b in zip(bounds, bounds[1:])))
-    return best
+def test_own_pace_counts_as_much_as_the_task_shows_it_persists() -> None:
+    rng = np.random.default_rng(0)
+    persistent, iid = SerialTimePredictor(), SerialTimePredictor()
+    for k in range(40):  # each trajectory keeps its own tool speed in one task, not the other
+        speed = rng.lognormal(0, 1.0)
+        calls = rng.lognormal(np.log(speed), 0.1, 5)
+        persistent.observe_finished("t", f"g{k}", 6, own_tools=(5, calls.mean(), calls.var() * 5))
+        flat = rng.lognormal(0, 1.0, 5)
+        iid.observe_finished("t", f"g{k}", 6, own_tools=(5, flat.mean(), flat.var() * 5))
+    own = (3 * 4.0, 3)  # three calls of 4 s each so far
+    slow_p = persistent.predict("t", "x", 3, own_tools=own).tool_s_per_call
+    slow_i = iid.predict("t", "x", 3, own_tools=own).tool_s_per_call
+    assert slow_p > 3.0 > slow_i
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_presorted_partition_is_the_best_contiguous_cut(k: int) -> None:
+def test_history_decays_per_batch_and_stays_bounded() -> None:
+    p = SerialTimePredictor(shrink=1e-6, decay=0.5, history=3)
+    p.observe_finished("t", "a", 2)
+    p.new_batch()
+    p.observe_finished("t", "b", 8)
+    # (0.5 * 2 + 8) / 1.5: the older batch counts half.
+    assert p.predict("t", "g", 0).remaining_turns == pytest.approx(6.0)
+    for _ in range(5):
+        p.observe_finished("t", "c", 4)
+    assert len(p._tasks["t"].turns.values) == 3
+
+
+def test_state_round_trips_and_rejects_another_version() -> None:
+    p = SerialTimePredictor()
+    p.observe_finished("t", "g", 5, own_tokens=(5, 30.0, 40.0), own_tools=(4, 0.5, 0.1))
+    p.observe_turn("t", "g", 30)
+    p.observe_tool("t", "g", 0.5)
+    state = json.loads(json.dumps(p.state_dict()))
+    q = SerialTimePredictor()
+    q.load_state_dict(state)
+    assert q.predict("t", "g", 1) == p.predict("t", "g", 1)
+    with pytest.raises(ValueError, match="version"):
+        q.load_state_dict({**state, "version": 0})
+
+
+def test_presorted_balance_spreads_the_longest_and_keeps_ties_in_place() -> None:
     loads = [TrajectoryLoad(f"t{i}", tokens, tool)
-             for i, (tokens, tool) in enumerate([(900, 4.0), (40, 0.1), (300, 1.0), (50, 0.5),
-                                                 (700, 0.2), (20, 0.0), (120, 2.0), (60, 0.3)])]
-    runs = presorted_partition(loads, k, COST)
-    assert len(runs) == k
-    assert sorted(t.trajectory_id for run in runs for t in run) == sorted(t.trajectory_id for t in loads)
-    got = max(instance_cost(run, COST) for run in runs)
-    assert got == pytest.approx(_brute_force_best(loads, k), rel=1e-2)
+             for i, (tokens, tool) in enumerate([(900, 4.0), (40, 0.1), (700, 3.0), (50, 0.5),
+                                                 (60, 0.2), (20, 0.0)])]
+    plan = presorted_balance(loads, ["i0", "i1"], COST, current={})
+    assert set(plan) == {t.trajectory_id for t in loads}
+    assert plan["t0"] != plan["t2"]  # the two longest lead different instances
+    costs = [instance_cost([t for t in loads if plan[t.trajectory_id] == i], COST) for i in ("i0", "i1")]
+    assert max(costs) == pytest.approx(instance_cost(loads[:1], COST), rel=0.05)
+    a, b = (TrajectoryLoad(x, 10, 0) for x in "ab")
+    assert presorted_balance([a, b], ["i0", "i1"], COST, current={"a": "i1", "b": "i0"}) == \
+        {"a": "i1", "b": "i0"}
 
 
-def test_assign_runs_keeps_trajectories_where_they_are() -> None:
-    a, b, c = (TrajectoryLoad(x, 10, 0) for x in "abc")
-    plan = assign_runs([[a, b], [c]], ["i0", "i1"], current={"c": "i0", "a": "i1", "b": "i1"})
-    assert plan == {"a": "i1", "b": "i1", "c": "i0"}
+def _info(tid: str, turns: int = 0, tokens: int = 0, instance: str | None = None,
+          task: str = "code", group: str | None = None) -> TrajectoryInfo:
+    return TrajectoryInfo(tid, group or f"g-{tid}", turns, tokens, instance, task, 32, 32 + tokens)
 
 
-def _info(tid: str, turns: int = 0, tokens: int = 0, queued: float = 0.0,
-          instance: str | None = None, task: str = "code") -> TrajectoryInfo:
-    return TrajectoryInfo(tid, f"g-{tid}", turns, tokens, queued, instance, task, 32)
-
-
-def _trained_orchestrator(**settings: float) -> TrajectoryOrchestrator:
+def _trained(**settings: float) -> TrajectoryOrchestrator:
     o = TrajectoryOrchestrator(COST, OrchestratorSettings(**settings))
     for turns in (1, 1, 2, 2, 3, 20):
-        o.predictor.observe_finished("code", f"old{turns}", turns, turns * 50)
+        o.predictor.observe_finished("code", f"old{turns}", turns)
     return o
 
 
-def test_priority_favours_predicted_long_and_long_queued_trajectories() -> None:
-    o = _trained_orchestrator()
+def test_priority_is_the_remaining_serial_time_longest_first() -> None:
+    o = _trained()
+    for info in (_info("a"), _info("b", turns=4, tokens=200)):
+        o.started(info)
+        o.turn_started(info, now=0.0)
     fresh, survivor = o.priority(_info("a")), o.priority(_info("b", turns=4, tokens=200))
     assert survivor < fresh  # vLLM runs smaller priorities first
-    assert o.priority(_info("c", queued=5.0)) < fresh
-    assert o.priority(_info("c", queued=5.0)) - fresh == -5000  # 1 s of queueing = 1 s of urgency
+    assert fresh == -round(o.remaining_s(_info("a")) * 1000)
+
+
+def test_the_gap_between_turns_is_learned_as_tool_time() -> None:
+    o = TrajectoryOrchestrator(COST)
+    o.started(_info("x"))
+    o.turn_started(_info("x"), now=0.0)
+    o.turn_ended(_info("x", turns=1, tokens=40), now=1.0)
+    o.turn_started(_info("x", turns=1, tokens=40), now=4.0)  # 3 s in tools
+    assert o._active["x"].own_tools.summary == (1, 3.0, 0.0)
+    assert o._active["x"].own_tokens.summary == (1, 40.0, 0.0)
+    assert o.predictor._tasks["code"].tools.values == [3.0]
 
 
 def _fill(o: TrajectoryOrchestrator, instance: str) -> None:
     """Occupy every slot of ``instance`` with turns of long-surviving (most urgent) trajectories."""
     for k in range(COST.slots):
-        o.started(_info(f"busy{k}", turns=5, tokens=250))
-        o.choose_instance(_info(f"busy{k}", turns=5, tokens=250), [InstanceLoad(instance, 0, 0)],
-                          now=0.0)
+        busy = _info(f"busy{k}", turns=5, tokens=250)
+        o.started(busy)
+        o.turn_started(busy, now=0.0)
+        o.priority(busy)
+        o.choose_instance(busy, [InstanceLoad(instance, 0, 0)], now=0.0)
 
 
 def test_a_turn_goes_where_it_can_start_and_migration_is_counted() -> None:
-    o = _trained_orchestrator(replan_s=0.0, migrate_fraction=1.0)
+    o = _trained(replan_s=0.0, migrate_fraction=1.0)
     instances = [InstanceLoad("i0", 0, 0), InstanceLoad("i1", 0, 0)]
     _fill(o, "i0")
     o.started(_info("x"))
+    o.turn_started(_info("x", turns=1, tokens=50), now=1.0)
+    o.priority(_info("x", turns=1, tokens=50))
     assert o.choose_instance(_info("x", instance="i0", turns=1, tokens=50), instances, now=1.0) == "i1"
     assert o.migrations == 1
 
 
-def test_no_migration_when_it_does_not_pay() -> None:
-    o = _trained_orchestrator(migrate_fraction=0.0)
+def test_no_migration_when_it_does_not_pay_and_no_answer_for_strangers() -> None:
+    o = _trained(migrate_fraction=0.0)
     instances = [InstanceLoad("i0", 0, 0), InstanceLoad("i1", 0, 0)]
     _fill(o, "i0")
+    o.started(_info("x"))
     assert o.choose_instance(_info("x", instance="i0", turns=1), instances, now=0.0) == "i0"
     assert o.migrations == 0
+    # A request no agent loop reported (e.g. another agent loop): the framework's own choice.
+    assert o.choose_instance(_info("stranger"), instances, now=0.0) is None
 
 
-def test_a_caller_that_knows_less_keeps_what_the_agent_loop_said() -> None:
-    o = _trained_orchestrator()
-    o.started(_info("x", queued=2.0))
-    # verl's balancer knows the request id and context length only.
-    o.choose_instance(TrajectoryInfo("x", "", 1, 40), [InstanceLoad("i0", 0, 0)], now=0.0)
-    info = o._active["x"].info
-    assert (info.task, info.group_id, info.queued_s, info.turns_done) == ("code", "g-x", 2.0, 1)
-
-
-def test_finished_twice_is_learned_once() -> None:
+def test_finished_twice_is_learned_once_and_a_new_batch_ages_history() -> None:
     o = TrajectoryOrchestrator(COST)
     o.started(_info("x", task="t"))
+    assert o.predictor.batch == 1
     o.finished(_info("x", turns=3, tokens=30, task="t"))
     o.finished(_info("x", turns=3, tokens=30, task="t"))
-    assert o.predictor.predict("t", "new", 0, 0).remaining_turns == 3.0
-    assert len(o.predictor._tasks["t"].turns) == 1
+    assert o.predictor._tasks["t"].turns.values == [3.0]
+    o.started(_info("y", task="t"))  # the rollout had emptied: a new batch
+    assert o.predictor.batch == 2
 
 
-def test_config_enables_the_plugin_and_its_hooks_answer() -> None:
+def _event(kind: TrajectoryEventKind, info: TrajectoryInfo, t: float) -> TrajectoryEvent:
+    return TrajectoryEvent(kind, info, t)
+
+
+def test_config_enables_the_plugin_and_its_hooks_answer_and_keep_state() -> None:
     config = build_config([Setting("agentic_rollout.enable", True, "test"),
                            Setting("agentic_rollout.slots", 4, "test")])
     pm = build_plugin_manager(config)
-    priority = pm.hook.rlweave_request_priority(trajectory=_info("x"))
-    assert isinstance(priority, int)
-    chosen = pm.hook.rlweave_choose_instance(trajectory=_info("x"),
-                                             instances=[InstanceLoad("a", 0, 0)])
-    assert chosen == "a"
+    x = _info("x")
+    pm.hook.rlweave_trajectory_event(event=_event(TrajectoryEventKind.START, x, 0.0))
+    pm.hook.rlweave_trajectory_event(event=_event(TrajectoryEventKind.TURN_START, x, 0.0))
+    assert isinstance(pm.hook.rlweave_request_priority(trajectory=x), int)
+    assert pm.hook.rlweave_choose_instance(trajectory=x, instances=[InstanceLoad("a", 0, 0)]) == "a"
+    done = _info("x", turns=1, tokens=12)
+    pm.hook.rlweave_trajectory_event(event=_event(TrajectoryEventKind.TURN_END, done, 0.5))
+    pm.hook.rlweave_trajectory_event(event=_event(TrajectoryEventKind.FINISH, done, 0.5))
+    [state] = pm.hook.rlweave_rollout_state()
+    assert state["agentic_rollout"]["predictor"]["tasks"]["code"]["turns"] == [[1.0, 0]]
+    fresh = build_plugin_manager(config)
+    fresh.hook.rlweave_restore_rollout_state(state={"other_plugin": {}, **state})
+    assert fresh.hook.rlweave_rollout_state() == [state]
 
 
 @pytest.mark.parametrize("option,value", [("slots", 0), ("iteration_base_ms", -1.0),
-                                          ("migrate_fraction", 1.5), ("queue_weight", -0.1)])
+                                          ("migrate_fraction", 1.5), ("history_decay", 0.0),
+                                          ("prior_tool_ms", -1.0), ("history", 0)])
 def test_bad_settings_name_the_option(option: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"rlweave.agentic_rollout.{option}"):
         build_config([Setting(f"agentic_rollout.{option}", value, "test")])
@@ -169,21 +226,15 @@ def test_simulation_finishes_every_trajectory_within_its_bounds(placement: str, 
 def test_simulated_preemption_starts_the_urgent_turn_at_once() -> None:
     """One slot, a short turn running: a long trajectory's first turn arriving later preempts
     it under ``preemptive`` and waits for it under ``priority``."""
-    from rlweave.benchmarks.agentic_workload import Trajectory
+    from rlweave.benchmarks.agentic_oracle import oracle_for
 
     one_slot = EngineCostModel(0.002, 0.0, 1, 0.0)
     short = Trajectory("short", "a", "lookup", 8, (400,), ())
     long = Trajectory("long", "b", "code", 8, (800,), ())
-
-    class Oracle(TrajectoryOrchestrator):
-        def load(self, t: TrajectoryInfo) -> TrajectoryLoad:
-            left = {"short": (400,), "long": (800,)}[t.trajectory_id][t.turns_done:]
-            return TrajectoryLoad(t.trajectory_id, sum(left), 0.0)
-
     waited = {}
     for queue in ("priority", "preemptive"):
         result = simulate([short, long], 1, one_slot, placement="heddle", queue=queue,
-                          orchestrator=Oracle(one_slot))
+                          orchestrator=oracle_for(one_slot, [short, long]))
         assert set(result.finish_s) == {"short", "long"}
         waited[queue] = result.queueing_s["long"]
     # Both arrive at 0 and the short one takes the slot first: 0.8 s of it under priority.
@@ -192,17 +243,34 @@ def test_simulated_preemption_starts_the_urgent_turn_at_once() -> None:
     assert result.finish_s["short"] > result.finish_s["long"]
 
 
-def test_trace_round_trip_and_bad_lines(tmp_path) -> None:
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_every_workload_shape_is_seeded_and_revisits_its_prompts(workload: str) -> None:
+    from rlweave.benchmarks.agentic_workload import previous_step
+
+    batch = synthetic(0, workload=workload)
+    assert batch == synthetic(0, workload=workload)
+    assert all(len(t.tool_s) == len(t.turn_tokens) - 1 for t in batch)
+    before = previous_step(0, workload, history="epoch")
+    assert {t.group for t in before} == {t.group for t in batch}  # same prompts, new samples
+    assert [t.turn_tokens for t in before] != [t.turn_tokens for t in batch]
+    assert not {t.group for t in previous_step(0, workload, history="new-prompts")} & {t.group for t in batch}
+
+
+def test_trace_round_trip_and_bad_lines_name_file_line_and_fields(tmp_path) -> None:
     workload = synthetic(1, prompts=2, group=2)
     dump_trace(workload, tmp_path / "w.jsonl")
     assert load_trace(tmp_path / "w.jsonl") == workload
-    (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "a", "turn_tokens": [3, 4]}) + "\n")
-    with pytest.raises(ValueError, match="one tool latency between consecutive turns"):
-        load_trace(tmp_path / "bad.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a", "turn_tokens": [3]}) + "\n" + "{not json\n")
+    with pytest.raises(SystemExit, match=rf"{bad}:2: expected .*turn_tokens.*tool_s"):
+        load_trace(bad)
+    bad.write_text(json.dumps({"id": "a", "turn_tokens": [3, 4]}) + "\n")
+    with pytest.raises(SystemExit, match=rf"{bad}:1: needs >= 1 turn .* one tool latency"):
+        load_trace(bad)
 
 
 def test_tail_parallelism_switches_only_when_it_pays() -> None:
-    from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
+    from rlweave.benchmarks.agentic_tail import TailParallelism
 
     tail = TailParallelism(merge=2, speedup=2.0, switch_s=1.0)
     long = [TrajectoryLoad("a", 4000, 1.0)]  # 8 s of decode at batch 1: halving it pays
@@ -216,7 +284,7 @@ def test_tail_parallelism_switches_only_when_it_pays() -> None:
 
 
 def test_simulated_tail_switch_keeps_every_trajectory() -> None:
-    from rlweave.plugins.agentic_rollout.parallelism import TailParallelism
+    from rlweave.benchmarks.agentic_tail import TailParallelism
 
     workload = synthetic(3, prompts=8, group=4)
     o = TrajectoryOrchestrator(COST)
@@ -237,3 +305,18 @@ def test_regimes_bench_bounds_every_policy_and_names_a_missing_cost_model(tmp_pa
     assert measured_cost(str(tmp_path / "agentic.json")).base_s == 0.004
     with pytest.raises(SystemExit, match="run `rlweave bench agentic` first"):
         measured_cost(str(tmp_path / "missing.json"))
+
+
+def test_prediction_quality_is_kendalls_tau_per_turn() -> None:
+    from rlweave.benchmarks.agentic import kendall_tau, prediction_quality
+    from rlweave.benchmarks.agentic_rollout import RolloutRun, TrajectoryRun
+
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    batch = [Trajectory(f"t{k}", "g", "x", 8, (10,) * (k + 1), (1.0,) * k) for k in range(5)]
+    # Priorities that rank the remaining serial time right at the first turn, wrong at the second.
+    runs = {t.id: TrajectoryRun(priorities=[-1000 * len(t.turn_tokens), 1000 * len(t.turn_tokens)][
+        :len(t.turn_tokens)]) for t in batch}
+    q = prediction_quality(RolloutRun(1.0, runs), batch, per_token_s=0.01, min_trajectories=4)
+    assert q["first_turn"] == pytest.approx(1.0)
+    assert q["per_turn"][1] == {"tau": -1.0, "trajectories": 4}

@@ -26,7 +26,14 @@ from rlweave.frameworks import (
     verl_cpu_platform_selected,
 )
 from rlweave.host import activate
-from rlweave.patches import EXPERT_PLACEMENT, PLUGINS, REQUEST_PRIORITY, PatchVersionError, apply_patches
+from rlweave.patches import (
+    EXPERT_PLACEMENT,
+    PLUGINS,
+    REQUEST_PRIORITY,
+    ROLLOUT_STATE,
+    PatchVersionError,
+    apply_patches,
+)
 from rlweave.requirements import check_requirements, gathered
 from rlweave.types import FrameworkInfo, SettingRequirement
 
@@ -51,13 +58,20 @@ def _load() -> None:
     _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
-    if host.implements("rlweave_expert_placement"):  # ReLibra: plan where verl replays routing
+    if host.implements("rlweave_expert_step_placement") or host.implements("rlweave_expert_microbatch_placement"):
         apply_patches("verl", version, EXPERT_PLACEMENT)
     if host.implements("rlweave_request_priority"):  # Heddle: SGLang gets the turn's priority too
         apply_patches("verl", version, REQUEST_PRIORITY)
+    if host.implements("rlweave_rollout_state"):  # Heddle: its predictor outlives a restart
+        apply_patches("verl", version, ROLLOUT_STATE)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
     _register_trainer_modes(requirements)  # before install(), so that the modes are traced too
+    if host.implements("rlweave_resilience_settings"):  # MegaScale: heartbeats, recovery, checkpoints
+        from rlweave.adapters.verl import resilience
+
+        resilience.start_heartbeat()
+        resilience.install()
     if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
         from rlweave.adapters.verl.trainer import install
 

@@ -1,52 +1,74 @@
-"""Heddle's three decisions per trajectory turn: when (priority), where (placement, migration).
+"""Heddle's decisions per trajectory turn: when (priority) and where (placement, migration).
 
-One :class:`TrajectoryOrchestrator` sees every turn of every trajectory of a rollout (verl: the
-request load balancer actor; the benchmark: its client). Per turn it
+One :class:`TrajectoryOrchestrator` sees every turn of every trajectory of a rollout (verl: in
+the request balancer actor, which the agent loops report to and which places every turn). From
+the agent loop's reports (a trajectory's start, each turn's start and end, its finish) it learns
+(:mod:`.predictor`) and, before each turn,
 
-- refreshes the trajectory's predicted remaining time (:mod:`.predictor`), converts it to an
-  engine priority that grows with predicted remaining work and with the queueing the trajectory
-  has already suffered (progressive priority: the critical path stops waiting), and
-- places the turn. The presorted partition of all active trajectories over the instances
+- gives the turn an engine priority: the trajectory's predicted remaining serial time (its
+  remaining turns' generation at the engine's time per token, plus its remaining tool calls),
+  longest first, so that the critical path stops waiting behind short trajectories;
+- places the turn. The presorted balance of all active trajectories over the instances
   (:mod:`.placement`, refreshed at most every ``replan_s``) names each trajectory's preferred
   instance. A turn goes there unless that would make it queue while another instance could start
   it at once: the orchestrator places every turn, so it knows how many more urgent turns each
-  instance holds, and picks the instance where this turn waits behind the fewest (the plan's
-  choice, then the current instance, break ties). A trajectory whose turn follows a tool call
-  thereby moves (migrates) when re-prefilling its context elsewhere costs less than
-  ``migrate_fraction`` of its predicted remaining time. Migration re-sends the whole context to
-  the new instance, so the tokens it generates are unchanged.
+  instance holds, and picks the instance where this turn waits behind the fewest (the current
+  instance, then the plan's choice, break ties). A trajectory moves (migrates) only when
+  re-prefilling its context elsewhere costs less than ``migrate_fraction`` of its predicted
+  remaining time. Migration re-sends the whole context to the new instance, so the tokens it
+  generates are unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rlweave.plugins.agentic_rollout.placement import (
     EngineCostModel,
     TrajectoryLoad,
-    assign_runs,
-    presorted_partition,
+    presorted_balance,
 )
-from rlweave.plugins.agentic_rollout.predictor import RemainingWorkPredictor
+from rlweave.plugins.agentic_rollout.predictor import SerialTimePredictor
 from rlweave.types import InstanceLoad, TrajectoryInfo
 
 
 @dataclass(frozen=True)
 class OrchestratorSettings:
-    queue_weight: float = 1.0  # seconds of urgency per second already spent queueing
     replan_s: float = 0.25
     migrate_fraction: float = 0.1
-    prior_tool_s: float = 0.5
 
 
-_KEPT_WHEN_EMPTY = ("task", "group_id", "prompt_len", "queued_s")
+@dataclass
+class _Running:
+    """Count, mean and sum of squared deviations of a stream of values (Welford)."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        delta = x - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (x - self.mean)
+
+    @property
+    def sum_count(self) -> tuple[float, int]:
+        return self.mean * self.n, self.n
+
+    @property
+    def summary(self) -> tuple[int, float, float]:
+        return self.n, self.mean, self.m2
 
 
 @dataclass
 class _Trajectory:
     info: TrajectoryInfo
-    tool_started_s: float | None = None
+    turn_ended_s: float | None = None
+    own_tokens: _Running = field(default_factory=lambda: _Running())  # its turns' tokens
+    own_tools: _Running = field(default_factory=lambda: _Running())  # seconds between its turns
     in_turn_at: str | None = None  # instance serving its current turn, None between turns
     priority: int = 0
 
@@ -55,55 +77,86 @@ class _Trajectory:
 class TrajectoryOrchestrator:
     cost: EngineCostModel
     settings: OrchestratorSettings = field(default_factory=OrchestratorSettings)
-    predictor: RemainingWorkPredictor = field(default_factory=RemainingWorkPredictor)
+    predictor: SerialTimePredictor = field(default_factory=SerialTimePredictor)
     migrations: int = 0
     _active: dict[str, _Trajectory] = field(default_factory=dict)
     _placed: dict[str, str] = field(default_factory=dict)
     _plan: dict[str, str] = field(default_factory=dict)
     _plan_time: float = float("-inf")
     _plan_instances: tuple[str, ...] = ()
-    _tool_s_sum: float = 0.0
-    _tool_calls: int = 0
     _in_turn: dict[str, dict[str, int]] = field(default_factory=dict)  # instance -> id -> priority
+    _groups: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> id -> turns done
 
-    # -- what the adapter reports -------------------------------------------------------------
+    @property
+    def per_token_s(self) -> float:
+        """Decode time per token on a busy engine (a full batch): the contended regime."""
+        return self.cost.iteration_s(self.cost.slots)
+
+    # -- what the agent loop reports ------------------------------------------------------------
     def started(self, trajectory: TrajectoryInfo) -> None:
+        if not self._active:  # a new rollout batch: the previous one's history ages
+            self.predictor.new_batch()
         self._active[trajectory.trajectory_id] = _Trajectory(trajectory)
+        self._groups.setdefault(trajectory.group_id, {})[trajectory.trajectory_id] = trajectory.turns_done
 
-    def tool_started(self, trajectory: TrajectoryInfo, now: float) -> None:
+    def turn_started(self, trajectory: TrajectoryInfo, now: float) -> None:
         t = self._track(trajectory)
-        t.tool_started_s = now
+        if t.turn_ended_s is not None:  # the time since the last turn ended: its tool calls
+            gap = max(now - t.turn_ended_s, 0.0)
+            t.own_tools.add(gap)
+            self.predictor.observe_tool(t.info.task, t.info.group_id, gap)
+            t.turn_ended_s = None
+
+    def turn_ended(self, trajectory: TrajectoryInfo, now: float) -> None:
+        t = self._active.get(trajectory.trajectory_id)
+        if t is None:
+            return
+        generated = max(trajectory.tokens_so_far - t.info.tokens_so_far, 0)
+        t.info = replace(trajectory, instance_id=t.info.instance_id)
+        t.own_tokens.add(generated)
+        self._groups.setdefault(t.info.group_id, {})[t.info.trajectory_id] = t.info.turns_done
+        self.predictor.observe_turn(t.info.task, t.info.group_id, generated)
+        t.turn_ended_s = now
         self._leave_turn(t)
-
-    def tool_ended(self, trajectory: TrajectoryInfo, now: float) -> None:
-        t = self._track(trajectory)
-        if t.tool_started_s is not None:
-            self._tool_s_sum += now - t.tool_started_s
-            self._tool_calls += 1
-            t.tool_started_s = None
 
     def finished(self, trajectory: TrajectoryInfo) -> None:
         """Learn from a finished trajectory; a second report of the same one is ignored."""
-        if trajectory.trajectory_id not in self._active:
+        t = self._active.pop(trajectory.trajectory_id, None)
+        if t is None:
             return
-        t = self._track(trajectory)
-        info = t.info
         self._leave_turn(t)
-        del self._active[trajectory.trajectory_id]
         self._placed.pop(trajectory.trajectory_id, None)
-        self.predictor.observe_finished(info.task, info.group_id, info.turns_done,
-                                        info.tokens_so_far)
+        siblings = self._groups.get(t.info.group_id, {})
+        siblings.pop(trajectory.trajectory_id, None)
+        if not siblings:
+            self._groups.pop(t.info.group_id, None)
+        self.predictor.observe_finished(t.info.task, t.info.group_id, trajectory.turns_done,
+                                        t.own_tokens.summary, t.own_tools.summary)
 
     # -- decisions ------------------------------------------------------------------------------
+    def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
+        """Predicted remaining decode tokens and tool time (placement's input)."""
+        t = self._active.get(trajectory.trajectory_id)
+        own = (t.own_tokens.sum_count, t.own_tools.sum_count) if t else ((0.0, 0), (0.0, 0))
+        group = self._groups.get(trajectory.group_id, {})
+        siblings = tuple(n for tid, n in group.items() if tid != trajectory.trajectory_id)
+        p = self.predictor.predict(trajectory.task, trajectory.group_id, trajectory.turns_done, *own,
+                                   siblings_running=siblings)
+        return TrajectoryLoad(trajectory.trajectory_id, p.remaining_tokens, p.remaining_tool_s)
+
     def remaining_s(self, trajectory: TrajectoryInfo) -> float:
+        """Predicted remaining serial time: generation at the busy engine's pace, plus tools."""
         load = self.load(trajectory)
-        return load.remaining_tokens * self.cost.iteration_s(self.cost.slots) + load.remaining_tool_s
+        return load.remaining_tokens * self.per_token_s + load.remaining_tool_s
 
     def priority(self, trajectory: TrajectoryInfo) -> int:
-        """vLLM priority (smaller runs first) in milliseconds of negative urgency."""
-        info = self._track(trajectory).info
-        urgency = self.remaining_s(info) + self.settings.queue_weight * info.queued_s
-        return -round(urgency * 1000)
+        """vLLM priority (smaller runs first): minus the remaining serial time in milliseconds."""
+        t = self._active.get(trajectory.trajectory_id)
+        info = t.info if t is not None else trajectory
+        priority = -round(self.remaining_s(info) * 1000)
+        if t is not None:
+            t.priority = priority
+        return priority
 
     def _queue_position(self, instance_id: str, priority: int) -> int:
         """0 when an instance has a free slot for a turn of ``priority``; otherwise 1 (the next
@@ -115,20 +168,24 @@ class TrajectoryOrchestrator:
         return 1 + max(urgent - self.cost.slots, 0)
 
     def choose_instance(self, trajectory: TrajectoryInfo, instances: Sequence[InstanceLoad],
-                        now: float) -> str:
-        mine = self._track(trajectory)
-        trajectory = mine.info
+                        now: float) -> str | None:
+        """The instance for the trajectory's next turn; ``None`` for a trajectory no agent loop
+        reported (the framework's own choice then)."""
+        mine = self._active.get(trajectory.trajectory_id)
+        if mine is None:
+            return None
         ids = tuple(i.instance_id for i in instances)
         if not ids:
             raise ValueError("no engine instance to place a trajectory on")
         tid = trajectory.trajectory_id
-        stale = now - self._plan_time > self.settings.replan_s
-        if stale or ids != self._plan_instances or tid not in self._plan:
+        if now - self._plan_time > self.settings.replan_s or ids != self._plan_instances \
+                or tid not in self._plan:
             self._replan(ids, now)
         planned = self._plan[tid]
-        current = trajectory.instance_id if trajectory.instance_id in ids else None
-        mine.priority = self.priority(trajectory)
-        if current is not None and not self._migration_pays(trajectory):
+        previous = trajectory.instance_id or mine.info.instance_id
+        current = previous if previous in ids else None
+        context = max(trajectory.context_len, mine.info.context_len)
+        if current is not None and not self._migration_pays(mine.info, context):
             target = current
         else:
             target = min(ids, key=lambda i: (self._queue_position(i, mine.priority),
@@ -136,21 +193,27 @@ class TrajectoryOrchestrator:
         if current is not None and target != current:
             self.migrations += 1
         self._leave_turn(mine)
+        mine.info = replace(mine.info, instance_id=target)
         self._placed[tid] = mine.in_turn_at = target
         self._in_turn.setdefault(target, {})[tid] = mine.priority
         return target
 
+    # -- persistence ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"predictor": self.predictor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.predictor.load_state_dict(state["predictor"])
+
     # -- internals ------------------------------------------------------------------------------
     def _track(self, trajectory: TrajectoryInfo) -> _Trajectory:
-        """The trajectory's record, updated with ``trajectory``. Fields a caller leaves empty
-        keep what an earlier caller reported: verl's balancer knows request ids only, the agent
-        loop knows the task, group, prompt and queueing."""
+        """The trajectory's record with the agent loop's latest view of it (a trajectory first
+        seen mid-way, e.g. after a restart, is tracked from here)."""
         t = self._active.get(trajectory.trajectory_id)
         if t is None:
-            t = self._active[trajectory.trajectory_id] = _Trajectory(trajectory)
-        else:
-            kept = {f: getattr(t.info, f) for f in _KEPT_WHEN_EMPTY if not getattr(trajectory, f)}
-            t.info = replace(trajectory, **kept)
+            self.started(trajectory)
+            t = self._active[trajectory.trajectory_id]
+        t.info = replace(trajectory, instance_id=trajectory.instance_id or t.info.instance_id)
         return t
 
     def _leave_turn(self, t: _Trajectory) -> None:
@@ -158,24 +221,12 @@ class TrajectoryOrchestrator:
             self._in_turn.get(t.in_turn_at, {}).pop(t.info.trajectory_id, None)
             t.in_turn_at = None
 
-    def _mean_tool_s(self) -> float:
-        return self._tool_s_sum / self._tool_calls if self._tool_calls else self.settings.prior_tool_s
-
-    def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
-        """Predicted remaining decode tokens and tool time (placement's and parallelism's input)."""
-        p = self.predictor.predict(trajectory.task, trajectory.group_id, trajectory.turns_done,
-                                   trajectory.tokens_so_far)
-        # Every remaining turn but the last is followed by a tool call.
-        tool_s = max(p.remaining_turns - 1.0, 0.0) * self._mean_tool_s()
-        return TrajectoryLoad(trajectory.trajectory_id, p.remaining_tokens, tool_s)
-
     def _replan(self, instance_ids: tuple[str, ...], now: float) -> None:
         loads = [self.load(t.info) for t in self._active.values()]
-        runs = presorted_partition(loads, len(instance_ids), self.cost)
-        self._plan = assign_runs(runs, instance_ids, self._placed)
+        self._plan = presorted_balance(loads, instance_ids, self.cost, self._placed)
         self._plan_time, self._plan_instances = now, instance_ids
 
-    def _migration_pays(self, trajectory: TrajectoryInfo) -> bool:
-        context = trajectory.prompt_len + trajectory.tokens_so_far
+    def _migration_pays(self, trajectory: TrajectoryInfo, context: int) -> bool:
+        context = max(context, trajectory.prompt_len + trajectory.tokens_so_far)
         reprefill_s = context * self.cost.prefill_s_per_token
         return reprefill_s < self.settings.migrate_fraction * self.remaining_s(trajectory)

@@ -1,99 +1,281 @@
-"""Runtime prediction of a trajectory's remaining work, learned online from finished ones.
+"""Predicted remaining serial time of a trajectory: what lies on Heddle's critical path.
 
-Agentic trajectories are heavy-tailed: most end after a few turns, a few run for dozens. What a
-scheduler can know before a trajectory ends is its task, how far it has come, and how its
-siblings (other samples of the same prompt in a GRPO group, which have similar lengths) ended.
-The predictor combines these without assuming a distribution:
+A trajectory's remaining serial time is how long it still takes if it never waits for an engine:
+each remaining turn's generation and, between turns, its tool calls. In a synchronous rollout
+every trajectory starts together, so the batch ends when the trajectory with the longest
+remaining serial time, plus the queueing it still meets, ends: serving that one first is what
+shortens the makespan (time already queued is sunk, the same for every ordering).
 
-- the remaining turns are the *conditional* mean of past totals that outlived the turns already
-  done (a trajectory that has survived ten turns is predicted from the ones that lasted more than
-  ten, which is what makes a heavy tail predictable at all);
-- the history it conditions on is the trajectory's finished siblings where there are any
-  (weighted ``sibling_weight`` times), pooled with finished trajectories of the same task;
-- tokens per turn are the running mean of the same pool.
+The predictor learns three quantities from what the agent loop reports, each at levels that
+shrink towards one another (a level with few observations leans on the one above it, with the
+weight of ``shrink`` observations):
 
-It is refreshed every turn by :meth:`predict` and updated by :meth:`observe_finished`.
+- turns: the conditional mean of the total turns of the task's finished trajectories that
+  outlived the turns already done (having survived ten turns, a trajectory is like those that
+  lasted more than ten, which is what makes a heavy tail predictable), scaled by its group's
+  scale (samples of one prompt, this step's and earlier epochs': finished ones, and running
+  siblings given how far they are; one sibling that stopped after a turn, or four that are all
+  still going, say much about the rest);
+- tokens per turn and tool seconds per call: the trajectory's own turns so far, shrunk towards
+  its group's, shrunk towards its task's, shrunk towards a prior. How much its own turns count
+  is learned per task, from how much finished trajectories varied within themselves against
+  how much they differed from one another.
+
+History outlives the rollout batch: each new batch weighs older observations by ``decay`` once
+more, each pool keeps its ``history`` newest observations and the ``max_groups`` most recently
+used groups, and :meth:`state_dict` / :meth:`load_state_dict` carry it across restarts (the
+adapter keeps it with the trainer's checkpoint).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
 class Prediction:
     remaining_turns: float
-    remaining_tokens: float
+    tokens_per_turn: float
+    tool_s_per_call: float
+
+    @property
+    def remaining_tokens(self) -> float:
+        return self.remaining_turns * self.tokens_per_turn
+
+    @property
+    def remaining_tool_s(self) -> float:
+        """Every remaining turn but the last is followed by a tool call."""
+        return max(self.remaining_turns - 1.0, 0.0) * self.tool_s_per_call
+
+
+@dataclass
+class _Series:
+    """Observations of one quantity in one pool, with the batch each was made in."""
+
+    values: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    _cache: tuple[int, int, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, value: float, batch: int, keep: int) -> None:
+        self.values.append(float(value))
+        self.batches.append(batch)
+        del self.values[:-keep], self.batches[:-keep]
+        self._cache = None
+
+    def _sorted(self, batch: int, decay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Values sorted, with suffix sums of weight x value and of weight (weights decayed to
+        ``batch``), so that a conditional-mean query costs O(log n)."""
+        if self._cache is None or self._cache[:2] != (batch, len(self.values)):
+            v = np.asarray(self.values, dtype=float)
+            w = decay ** (batch - np.asarray(self.batches, dtype=float))
+            order = np.argsort(v, kind="stable")
+            v, w = v[order], w[order]
+            wv = np.r_[np.cumsum((w * v)[::-1])[::-1], 0.0]
+            ws = np.r_[np.cumsum(w[::-1])[::-1], 0.0]
+            self._cache = (batch, len(self.values), v, wv, ws)
+        return self._cache[2:]
+
+    def total(self, batch: int, decay: float) -> tuple[float, float]:
+        """Decayed sum of values and of weights."""
+        if not self.values:
+            return 0.0, 0.0
+        _, wv, ws = self._sorted(batch, decay)
+        return float(wv[0]), float(ws[0])
+
+    def above(self, threshold: float, batch: int, decay: float) -> tuple[float, float]:
+        """Decayed sum of the values greater than ``threshold``, and of their weights."""
+        if not self.values:
+            return 0.0, 0.0
+        v, wv, ws = self._sorted(batch, decay)
+        first = int(np.searchsorted(v, threshold, side="right"))
+        return float(wv[first]), float(ws[first])
+
+
+@dataclass
+class _Spread:
+    """Per finished trajectory: how many turns (or tool calls) it had, their mean and their sum
+    of squared deviations, so that the spread within trajectories can be set against the spread
+    between them."""
+
+    rows: list[tuple[int, float, float, int]] = field(default_factory=list)  # n, mean, m2, batch
+
+    def add(self, n: int, mean: float, m2: float, batch: int, keep: int) -> None:
+        if n >= 1:
+            self.rows.append((n, mean, m2, batch))
+            del self.rows[:-keep]
+
+    def strength(self, batch: int, decay: float, default: float) -> float:
+        """How many of a trajectory's own observations weigh as much as its group's mean: the
+        within-trajectory variance over the between-trajectory variance (empirical Bayes).
+        Large when a trajectory's turns are as varied as the whole task's (its own past says
+        little), small when each trajectory keeps its own pace (its sandbox, its verbosity)."""
+        rows = [r for r in self.rows if r[0] >= 2]
+        if len(rows) < 4:
+            return default
+        n, mean, m2, b = (np.asarray(x, dtype=float) for x in zip(*rows, strict=True))
+        w = decay ** (batch - b)
+        within = float((w * m2).sum() / (w * (n - 1)).sum())
+        centre = float((w * mean).sum() / w.sum())
+        between = float((w * (mean - centre) ** 2).sum() / w.sum() - (w * within / n).sum() / w.sum())
+        return float(np.clip(within / max(between, 1e-9 * max(within, 1e-12)), 0.25, 64.0))
 
 
 @dataclass
 class _Pool:
-    """Finished trajectories of one task or group, with what a conditional mean needs: totals
-    sorted once per change and their suffix sums, so that a query costs O(log n)."""
+    """One task's or one group's history: finished trajectories' turns, tokens of each turn,
+    seconds of each tool call."""
 
-    turns: list[int] = field(default_factory=list)
-    tokens_per_turn: list[float] = field(default_factory=list)
-    _sorted: np.ndarray | None = None
-    _suffix: np.ndarray | None = None
-    _per_turn_sum: float | None = None
+    turns: _Series = field(default_factory=_Series)
+    tokens: _Series = field(default_factory=_Series)
+    tools: _Series = field(default_factory=_Series)
+    token_spread: _Spread = field(default_factory=_Spread)
+    tool_spread: _Spread = field(default_factory=_Spread)
 
-    def add(self, turns: int, per_turn: float, keep: int) -> None:
-        self.turns.append(turns)
-        self.tokens_per_turn.append(per_turn)
-        del self.turns[:-keep], self.tokens_per_turn[:-keep]
-        self._sorted = self._per_turn_sum = None
+    def to_dict(self, batch: int) -> dict[str, list[list[float]]]:
+        out = {name: [[v, batch - b] for v, b in zip(s.values, s.batches, strict=True)]
+               for name, s in (("turns", self.turns), ("tokens", self.tokens), ("tools", self.tools))}
+        for name in ("token_spread", "tool_spread"):
+            out[name] = [[n, m, m2, batch - b] for n, m, m2, b in getattr(self, name).rows]
+        return out
 
-    def survivors(self, done: int) -> tuple[float, int]:
-        """Sum and count of totals greater than ``done``."""
-        if self._sorted is None:
-            self._sorted = np.sort(np.asarray(self.turns, dtype=float))
-            self._suffix = np.r_[np.cumsum(self._sorted[::-1])[::-1], 0.0]
-        first = int(np.searchsorted(self._sorted, done, side="right"))
-        return float(self._suffix[first]), len(self._sorted) - first
+    @classmethod
+    def from_dict(cls, data: dict[str, list[list[float]]], batch: int) -> _Pool:
+        pool = cls()
+        for name in ("turns", "tokens", "tools"):
+            series = getattr(pool, name)
+            for value, age in data.get(name, ()):
+                series.values.append(float(value))
+                series.batches.append(batch - int(age))
+        for name in ("token_spread", "tool_spread"):
+            getattr(pool, name).rows = [(int(n), float(m), float(m2), batch - int(age))
+                                        for n, m, m2, age in data.get(name, ())]
+        return pool
 
-    def per_turn(self) -> tuple[float, int]:
-        """Sum and count of tokens per turn."""
-        if self._per_turn_sum is None:
-            self._per_turn_sum = float(sum(self.tokens_per_turn))
-        return self._per_turn_sum, len(self.tokens_per_turn)
+
+def _shrunk(sum_: float, weight: float, towards: float, strength: float) -> float:
+    return (sum_ + strength * towards) / (weight + strength)
 
 
-class RemainingWorkPredictor:
-    """``task`` keys the history (a task or prompt family); ``group`` keys GRPO siblings."""
+class SerialTimePredictor:
+    """``task`` keys a task or prompt family; ``group`` the samples of one prompt."""
 
     def __init__(self, prior_turns: float = 4.0, prior_tokens_per_turn: float = 64.0,
-                 sibling_weight: float = 4.0, history: int = 4096) -> None:
+                 prior_tool_s: float = 0.5, shrink: float = 2.0, decay: float = 0.5,
+                 history: int = 2048, max_groups: int = 65536) -> None:
+        if not 0.0 < decay <= 1.0 or shrink <= 0 or history < 1 or max_groups < 1:
+            raise ValueError("the predictor needs 0 < decay <= 1, shrink > 0, history >= 1 and "
+                             f"max_groups >= 1 (got {decay}, {shrink}, {history}, {max_groups})")
         self.prior_turns = prior_turns
         self.prior_tokens_per_turn = prior_tokens_per_turn
-        self.sibling_weight = sibling_weight
-        self.history = history
-        self._tasks: dict[str, _Pool] = defaultdict(_Pool)
-        self._groups: dict[str, _Pool] = defaultdict(_Pool)
+        self.prior_tool_s = prior_tool_s
+        self.shrink, self.decay, self.history, self.max_groups = shrink, decay, history, max_groups
+        self.batch = 0
+        self._tasks: dict[str, _Pool] = {}
+        self._groups: OrderedDict[str, _Pool] = OrderedDict()
 
-    def observe_finished(self, task: str, group: str, turns: int, tokens: int) -> None:
-        per_turn = tokens / max(turns, 1)
-        self._tasks[task].add(turns, per_turn, self.history)
-        self._groups[group].add(turns, per_turn, self.history)
+    # -- learning -------------------------------------------------------------------------------
+    def new_batch(self) -> None:
+        """A new rollout batch starts: older observations weigh ``decay`` times less."""
+        self.batch += 1
 
-    def predict(self, task: str, group: str, turns_done: int, tokens_done: int) -> Prediction:
-        siblings, peers = self._groups.get(group, _Pool()), self._tasks.get(task, _Pool())
-        w = self.sibling_weight
-        (s_sum, s_n), (p_sum, p_n) = siblings.survivors(turns_done), peers.survivors(turns_done)
-        if s_n or p_n:
-            total_turns = (w * s_sum + p_sum) / (w * s_n + p_n)
-        elif turns_done == 0:
-            total_turns = self.prior_turns
-        else:
-            # Longer than anything seen so far: in a heavy tail the expected remainder grows with
-            # the age reached (Lindy), so predict as much again as half of what was done.
-            total_turns = 1.5 * turns_done
-        (s_tok, s_cnt), (p_tok, p_cnt) = siblings.per_turn(), peers.per_turn()
-        if s_cnt or p_cnt:
-            tokens_per_turn = (w * s_tok + p_tok) / (w * s_cnt + p_cnt)
-        else:
-            tokens_per_turn = tokens_done / turns_done if turns_done else self.prior_tokens_per_turn
-        remaining_turns = max(total_turns - turns_done, 0.0)
-        return Prediction(remaining_turns, remaining_turns * tokens_per_turn)
+    def _pools(self, task: str, group: str) -> tuple[_Pool, _Pool]:
+        t = self._tasks.setdefault(task, _Pool())
+        g = self._groups.pop(group, None) or _Pool()
+        self._groups[group] = g  # most recently used last
+        while len(self._groups) > self.max_groups:
+            self._groups.popitem(last=False)
+        return t, g
+
+    def observe_turn(self, task: str, group: str, tokens: int) -> None:
+        for pool in self._pools(task, group):
+            pool.tokens.add(tokens, self.batch, self.history)
+
+    def observe_tool(self, task: str, group: str, seconds: float) -> None:
+        for pool in self._pools(task, group):
+            pool.tools.add(max(seconds, 0.0), self.batch, self.history)
+
+    def observe_finished(self, task: str, group: str, turns: int,
+                         own_tokens: tuple[int, float, float] = (0, 0.0, 0.0),
+                         own_tools: tuple[int, float, float] = (0, 0.0, 0.0)) -> None:
+        """``own_*``: the trajectory's count, mean and sum of squared deviations of its turns'
+        tokens and its tool calls' seconds."""
+        t, g = self._pools(task, group)
+        for pool in (t, g):
+            pool.turns.add(turns, self.batch, self.history)
+        t.token_spread.add(*own_tokens, self.batch, self.history)
+        t.tool_spread.add(*own_tools, self.batch, self.history)
+
+    # -- prediction -----------------------------------------------------------------------------
+    def _level_means(self, task: str, group: str, name: str, prior: float) -> float:
+        """The group's mean of one quantity, shrunk towards the task's, shrunk towards ``prior``."""
+        b, d, k = self.batch, self.decay, self.shrink
+        est = prior
+        for pool in (self._tasks.get(task), self._groups.get(group)):
+            if pool is not None:
+                est = _shrunk(*getattr(pool, name).total(b, d), est, k)
+        return est
+
+    def _total_turns(self, task: str, group: str, done: int, siblings_running: tuple[int, ...]
+                     ) -> float:
+        """Expected total turns of a trajectory that has done ``done``.
+
+        The group scales the task: its samples' totals (finished ones, and running siblings'
+        expected totals given how far they are) over the task's mean give its scale ``r``
+        (shrunk towards 1), and a trajectory of a group of scale ``r`` that survived ``done``
+        turns is expected to last ``r`` times a task trajectory that survived ``done / r``.
+        """
+        b, d, k = self.batch, self.decay, self.shrink
+        pool = self._tasks.get(task)
+
+        def outlived(x: float) -> float:
+            """The task's conditional mean total over totals above ``x``. Past everything seen
+            (or nothing seen): in a heavy tail the expected remainder grows with the age reached
+            (Lindy), so expect half as much again, and at least one turn."""
+            fallback = max(self.prior_turns, 1.5 * x, x + 1.0)
+            return fallback if pool is None else _shrunk(*pool.turns.above(x, b, d), fallback, k)
+
+        mean = outlived(0.0)
+        g = self._groups.get(group)
+        s, w = g.turns.total(b, d) if g is not None else (0.0, 0.0)
+        s += sum(outlived(c) for c in siblings_running)
+        scale = _shrunk(s, w + len(siblings_running), mean, k) / mean
+        return max(scale * outlived(done / scale), done + 1.0)
+
+    def predict(self, task: str, group: str, turns_done: int,
+                own_tokens: tuple[float, int] = (0.0, 0),
+                own_tools: tuple[float, int] = (0.0, 0),
+                siblings_running: tuple[int, ...] = ()) -> Prediction:
+        """Before the trajectory's turn ``turns_done + 1``; ``own_*``: the sum and count of its
+        own turns' tokens and tool calls' seconds so far; ``siblings_running``: the turns done by
+        the other running samples of its group."""
+        pool = self._tasks.get(task)
+        b, d, k = self.batch, self.decay, self.shrink
+        own_k = (pool.token_spread.strength(b, d, k), pool.tool_spread.strength(b, d, k)) \
+            if pool is not None else (k, k)
+        tokens = _shrunk(*own_tokens, self._level_means(task, group, "tokens",
+                                                        self.prior_tokens_per_turn), own_k[0])
+        tool_s = _shrunk(*own_tools, self._level_means(task, group, "tools", self.prior_tool_s),
+                         own_k[1])
+        remaining = self._total_turns(task, group, turns_done, siblings_running) - turns_done
+        return Prediction(remaining, tokens, tool_s)
+
+    # -- persistence ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable history (observation ages in batches, not absolute batch numbers)."""
+        return {"version": STATE_VERSION,
+                "tasks": {k: p.to_dict(self.batch) for k, p in self._tasks.items()},
+                "groups": {k: p.to_dict(self.batch) for k, p in self._groups.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"predictor state version {state.get('version')!r}, expected "
+                             f"{STATE_VERSION}")
+        self._tasks = {k: _Pool.from_dict(p, self.batch) for k, p in state["tasks"].items()}
+        self._groups = OrderedDict((k, _Pool.from_dict(p, self.batch))
+                                   for k, p in state["groups"].items())

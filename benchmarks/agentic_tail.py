@@ -1,5 +1,8 @@
-"""Adaptive parallelism for the tail (Heddle's "how"): regroup instances with more tensor
-parallelism once only a few long trajectories remain.
+"""SIMULATED ablation of ``rlweave bench agentic``, not part of the shipped plugin: adaptive
+parallelism for the tail (Heddle's "how"), regrouping instances with more tensor parallelism once
+only a few long trajectories remain. vLLM cannot reshard a live engine, and one CPU engine here
+has no tensor-parallel profile, so the decision rule below runs in :mod:`.agentic_sim` only,
+with an assumed speedup.
 
 Early in a rollout many short trajectories want throughput, which many small instances give.
 At the end a few long trajectories decide the makespan, and each is bound by per-token latency,
