@@ -64,6 +64,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "FastServe skip-join MLFQ vs vLLM FCFS: normalised latency under Poisson load"),
         Benchmark("stream", "rlweave.benchmarks.stream", ("verl", "vllm"), ".venv-verl",
                   "StreamRL stream generation (on-policy, async) vs verl's sync and one-step-off loops"),
+        Benchmark("fusion-inter", "rlweave.benchmarks.fusion_inter", ("verl", "vllm"), ".venv-verl",
+                  "RLHFuse generation->inference fusion with long-tail migration vs verl's sync loop (PPO)"),
         Benchmark("overlap", "rlweave.benchmarks.overlap", ("megatron", "torch"), ".venv-mcore",
                   "FLUX overlapped TP linears: equality with Megatron's on gloo, modelled E_overlap, GPU check"),
         Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",

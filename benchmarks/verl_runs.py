@@ -29,14 +29,23 @@ STREAM = ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stream_generation.
 STREAM_ASYNC = (*STREAM, "+rlweave.stream_generation.mode=async")
 # The trainer ranks hold no rollout replica: generation runs on the standalone pool only.
 DISAGGREGATED = ("actor_rollout_ref.hybrid_engine=False", *STANDALONE_ROLLOUT)
+# PPO with a critic (GAE) and a reference model (KL loss): every inference stage verl has.
+PPO_CRITIC = ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8", "critic.ppo_mini_batch_size=4",
+              "critic.model.use_remove_padding=False", "critic.model.enable_gradient_checkpointing=False")
+KL_LOSS = ("actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+           "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8")
+# RLHFuse's inter-stage fusion: two standalone replicas, one on a device of the trainer's own
+# (with one core per logical GPU: the trainer on core 0, the replicas on cores 1 and 0).
+FUSION = ("trainer.v1.trainer_mode=rlweave_stream", "+rlweave.stage_fusion.enable=true",
+          "actor_rollout_ref.hybrid_engine=False", *STANDALONE_ROLLOUT[2:],
+          "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=2")
 # Mode -> the overrides that make it, on top of the GRPO base.
 MODES: dict[str, tuple[str, ...]] = {
     "grpo": (),
-    "grpo_kl": ("actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
-                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8"),
-    "ppo_critic": ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
-                   "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=False",
-                   "critic.model.enable_gradient_checkpointing=False"),
+    "grpo_kl": KL_LOSS,
+    "ppo_critic": PPO_CRITIC,
+    "ppo_critic_ref": (*PPO_CRITIC, *KL_LOSS),
+    "rlweave_fusion": (*PPO_CRITIC, *KL_LOSS, *FUSION),
     "colocate_async": ("trainer.v1.trainer_mode=colocate_async",),
     # The standalone replica next to the hybrid one (verl's hybrid_engine=False path logs with a
     # keyword its logger lacks). train_batch_size = parameter_sync_step x mini-batch.
@@ -51,7 +60,7 @@ MODES: dict[str, tuple[str, ...]] = {
 }
 # Standalone rollout slots per mode (default 0): Ray's logical GPUs beyond the trainer's ranks.
 ROLLOUT_GPUS: dict[str, int] = {"separate_async": 1, "rlweave_stream_disaggregated": 1,
-                                "rlweave_stream_async_disaggregated": 1}
+                                "rlweave_stream_async_disaggregated": 1, "rlweave_fusion": 2}
 SAMPLES_PER_STEP = 8  # data.train_batch_size x rollout.n in the base command
 MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
@@ -108,7 +117,9 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
         "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={steps}",
         f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
         "trainer.project_name=rlweave", f"trainer.experiment_name={mode}",
-        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={ranks + ROLLOUT_GPUS.get(mode, 0)}",
+        # verl asks 3 logical CPUs per device bundle: room for every pool (oversubscribed on purpose).
+        f"ray_kwargs.ray_init.num_cpus={8 + 4 * max(ROLLOUT_GPUS.get(mode, 0) - 1, 0)}",
+        f"+ray_kwargs.ray_init.num_gpus={ranks + ROLLOUT_GPUS.get(mode, 0)}",
     )
     per_rank = () if ranks == 1 else tuple(f"{key}={micro}" for key in MICRO_BATCH_KEYS)
     return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra, *per_rank]

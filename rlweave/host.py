@@ -24,6 +24,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "replay_balance": "rlweave.plugins.replay_balance.plugin",
     "agentic_rollout": "rlweave.plugins.agentic_rollout.plugin",
     "stream_generation": "rlweave.plugins.stream_generation.plugin",
+    "stage_fusion": "rlweave.plugins.stage_fusion.inter_stage",
     "overlap": "rlweave.plugins.overlap.plugin",
     "resilience": "rlweave.plugins.resilience.plugin",
 }

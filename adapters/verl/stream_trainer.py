@@ -60,6 +60,8 @@ weights are in), and trains on while the replicas load them and resume.
 from __future__ import annotations
 
 import logging
+import math
+import statistics
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
@@ -82,15 +84,20 @@ from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServer
 
 from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 from rlweave.adapters.verl.overlapped_push import OverlappedPush
+from rlweave.adapters.verl.tail_migration import ResumingLLMServerClient, TailMigration
 from rlweave.host import get_host
-from rlweave.types import DynamicBatchRequest, PromptInfo, SampleRecord, Stage, StreamSettings
+from rlweave.types import DynamicBatchRequest, FusionStep, PromptInfo, SampleRecord, Stage, StreamSettings
 
 TRAINER_MODE = "rlweave_stream"
-METRIC = "rlweave/stream"
+METRIC, FUSION_METRIC = "rlweave/stream", "rlweave/fusion"
 # DetachActorWorker's keys for the weights it saves: those that generated the step's samples,
 # and the trainer's own while the generating ones are swapped in.
 GENERATING_WEIGHTS, CURRENT_WEIGHTS = "rlweave_generating", "rlweave_current"
 SNAPSHOT_STRATEGIES = ("fsdp", "fsdp2", "veomni", "megatron")  # what DetachActorWorker can save
+# verl's advantage estimators whose statistics stay within a GRPO group: a dynamic batch of
+# complete groups gets the advantages the whole batch would give it. The others (GAE,
+# REINFORCE++, ReMax) normalise over the batch, so their advantages wait for its last group.
+GROUP_WISE_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg")
 logger = logging.getLogger(__name__)
 
 
@@ -111,11 +118,13 @@ class StreamReplayBuffer(ReplayBufferAsync):
         self.staleness: Counter[int] = Counter()
         # Raises when the groups being waited for can no longer come (a failed weight push).
         self.health_check: Callable[[], None] = lambda: None
+        self.on_poll: Callable[[], None] = lambda: None  # after each look at TransferQueue's tags
         self._take_limits: tuple[int, int] | None = None  # (mini-batch, most groups) while take waits
 
     def _sync_metadata_from_transfer_queue(self) -> None:
         self.health_check()
         super()._sync_metadata_from_transfer_queue()
+        self.on_poll()
         new = self.finished_keys["train"] - self._announced
         if not new:
             return
@@ -128,6 +137,14 @@ class StreamReplayBuffer(ReplayBufferAsync):
                     sample_id=key, group_id=uid, prompt_len=int(tag.get("prompt_len", 0)),
                     response_len=int(tag.get("response_len", 0)),
                     weight_version=self.prompt_global_steps["train"].get(uid, 0)))
+
+    def unfinished_samples(self, global_steps: int, group: int) -> int:
+        """Samples of step ``global_steps``'s groups still generating (or not started), as of the
+        last poll: ``group`` per pending group, the sessions not yet written per running one."""
+        tags = self.prompt_global_steps["train"]
+        open_groups = {u for u in self.pending_keys["train"] | self.running_keys["train"] if tags.get(u) == global_steps}
+        written = Counter(k.split("_")[0] for k in self.partitions["train"] if k.split("_")[0] in open_groups)
+        return sum(max(group - written[u], 0) for u in open_groups)
 
     def take(self, global_steps: int, multiple: int, most: int) -> tuple[KVBatchMeta, dict]:
         """StreamRL's dynamic batch: the complete groups ready now, oldest first, in a whole
@@ -226,7 +243,15 @@ class RlweaveStreamTrainer(PPOTrainer):
                 raise ValueError(f"rlweave stream: {key}={micro} must divide the {samples} samples of a streamed "
                                  f"mini-batch (ppo_mini_batch_size x rollout.n)")
         self._next_batch_submitted = False  # by the previous step's end (_submit_next_batch_now)
+        self._submitted_at = time.perf_counter()  # when the step's batch went to the engines
         self._push: OverlappedPush | None = None  # set up with a standalone pool on rlweave's gloo engine
+        self._batch_advantages = self.config.algorithm.adv_estimator not in GROUP_WISE_ESTIMATORS
+        self._migration: TailMigration | None = None  # when a plugin plans tail migrations (on-policy)
+        # Inference seconds per sample on the previous step, with the trainer's devices free of
+        # rollout instances (True) and beside one (False); 0 where none was measured.
+        self._inference_s_per_sample = {True: 0.0, False: 0.0}
+        self._prompt_len = 0  # mean prompt tokens of the previous step
+        self._dp_size: int | None = None  # the actor's data-parallel ranks (asked once)
         waits = _why_updates_wait(self.config)
         self._stream_updates = waits is None
         if waits:
@@ -280,8 +305,12 @@ class RlweaveStreamTrainer(PPOTrainer):
         """verl's setup; with the hybrid engine off, then the standalone rollout pool and the
         checkpoint engine that pushes weights to it (verl's base sets up neither)."""
         super()._setup()
-        if self._enable_hybrid_replicas:
-            return
+        if not self._enable_hybrid_replicas:
+            self._setup_standalone_pool()
+        if self._migrates:
+            self._migration = TailMigration(self.llm_server_manager, self.actor_rollout_wg.workers)
+
+    def _setup_standalone_pool(self) -> None:
         self.llm_server_manager = LLMServerManager.create(config=self.config)
         self.checkpoint_manager = CheckpointEngineManager(
             config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
@@ -301,9 +330,17 @@ class RlweaveStreamTrainer(PPOTrainer):
         standalone = 0 if self._enable_hybrid_replicas else rollout.nnodes * rollout.n_gpus_per_node
         return super()._get_n_gpus_for_throughput() + standalone
 
+    @property
+    def _migrates(self) -> bool:
+        """Whether a plugin plans tail migrations (on-policy only: async, the tail overlaps the
+        next step's training and nothing waits for it)."""
+        return not self._async and get_host().implements("rlweave_migration_plan")
+
     def get_llm_client(self) -> Any:
         if self._async:  # requests paused for a weight push resume where they stopped
             return self.llm_server_manager.get_client(client_cls=FullyAsyncLLMServerClient)
+        if self._migrates:  # migrated requests resume on their destination at once
+            return self.llm_server_manager.get_client(client_cls=ResumingLLMServerClient)
         return super().get_llm_client()
 
     def _submit_batch_to_rollout(self, batch: Any) -> int:
@@ -379,6 +416,7 @@ class RlweaveStreamTrainer(PPOTrainer):
         finally:
             self.global_steps -= 1
         self._next_batch_submitted = True
+        self._submitted_at = time.perf_counter()
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -392,27 +430,36 @@ class RlweaveStreamTrainer(PPOTrainer):
         self._updated_this_step = False
         if not self._next_batch_submitted:
             self._add_batch_to_generate()
+            self._submitted_at = time.perf_counter()
         self._next_batch_submitted = False
+        self._plan_migration(metrics)
         last_taken = time.perf_counter()
+        inference: dict[bool, list[tuple[float, int]]] = {True: [], False: []}  # free? -> (s, samples)
         aggregator = MetricsAggregator()
         keys: list[str] = []
         tags: list[dict] = []
         while len(keys) < self._per_step * self._group:
             part_metrics: dict = {}
             with marked_timer("gen", timing_raw, color="red"):
-                part, off_policy = self.replay_buffer.take(self.global_steps, self._minibatch,
+                part, off_policy = self.replay_buffer.take(self.global_steps, self._take_unit(streamed_updates),
                                                            self._per_step - len(keys) // self._group)
             last_taken = time.perf_counter()
             part_metrics.update(off_policy)
             part.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
             last = len(keys) + len(part.keys) == self._per_step * self._group
             self._copy_needed = streamed_updates and not last
+            if last and self._migration is not None:
+                self._migration.end_step()
             if last and self._push is not None and not self._async:
                 # On-policy the engines are idle from here to the push: the next prompts travel
                 # to them (parked behind the closed gate) while the trainer finishes the step.
                 self._push.close_gate()
                 self._submit_next_batch_now()
-            part = self._prepare(part, part_metrics, timing_raw)
+            started = time.perf_counter()
+            part = self._prepare(part, part_metrics, timing_raw, balance=streamed_updates)
+            # Inference with the rollout instances off the trainer's devices, or beside them.
+            inference[last or self._migration is None or self._migration.migrated_this_step].append(
+                (time.perf_counter() - started, len(part.keys)))
             if streamed_updates:
                 with marked_timer("update_actor", timing_raw, color="red"):
                     part = self._update_actor(part, metrics=part_metrics)
@@ -422,7 +469,17 @@ class RlweaveStreamTrainer(PPOTrainer):
             tags += part.tags
             aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
         batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags)  # the updates set their extra_info
+        if not self._async:  # generation + inference, from the batch's submission
+            metrics[f"{METRIC}/stage_s"] = time.perf_counter() - self._submitted_at
+        self._inference_s_per_sample = {free: sum(t for t, _ in runs) / sum(n for _, n in runs) if runs else 0.0
+                                        for free, runs in inference.items()}
+        self._prompt_len = round(statistics.mean(int(t.get("prompt_len", 0)) for t in tags))
         update_metrics: dict = {}
+        if not streamed_updates:  # verl's balance over the whole batch, as in its sync mode
+            batch = self._balance_batch(batch, metrics=update_metrics)
+        if self._batch_advantages:  # GAE & co. normalise over the whole batch: now it is complete
+            with marked_timer("adv", timing_raw, color="brown"):
+                batch = self._compute_advantage(batch, metrics=update_metrics)
         if self.use_critic:
             with marked_timer("update_critic", timing_raw, color="pink"):
                 batch = self._update_critic(batch, metrics=update_metrics)
@@ -435,14 +492,54 @@ class RlweaveStreamTrainer(PPOTrainer):
         metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - last_taken
         if self._push is not None:  # the last push that finished: pause, load and resume, overlapped
             metrics[f"{METRIC}/rollout_push_s"] = self._push.background_s
+        if self._migration is not None:
+            metrics[f"{FUSION_METRIC}/migrated"] = float(self._migration.migrated)
+            metrics[f"{FUSION_METRIC}/inference_s_per_sample"] = self._inference_s_per_sample[True]
+            metrics[f"{FUSION_METRIC}/inference_s_per_sample_shared"] = self._inference_s_per_sample[False]
         return batch
 
-    def _prepare(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict) -> KVBatchMeta:
-        """Every stage before the optimizer steps, on one dynamic batch (verl's methods)."""
+    def _take_unit(self, streamed_updates: bool) -> int:
+        """Groups per dynamic batch unit: a PPO mini-batch where its optimizer step streams;
+        else the fewest groups the data-parallel ranks split evenly (verl's balance and the
+        updates then run once over the whole batch), so each sample is inferred soon after it
+        finishes."""
+        if streamed_updates:
+            return self._minibatch
+        if self._dp_size is None:
+            self._dp_size = max(self.actor_rollout_wg._query_dispatch_info("actor")) + 1
+        return self._dp_size // math.gcd(self._dp_size, self._group)
+
+    def _plan_migration(self, metrics: dict) -> None:
+        """Ask the plugins whether this step's tail migrates (``rlweave_migration_plan``), and
+        watch for the threshold at every poll."""
+        if self._migration is None:
+            return
+        step = FusionStep(step=self.global_steps, samples=self._per_step * self._group,
+                          instances=self._migration.instances, prompt_len=self._prompt_len,
+                          inference_s_per_sample=self._inference_s_per_sample[True],
+                          shared_inference_s_per_sample=self._inference_s_per_sample[False])
+        plan = get_host().hook.rlweave_migration_plan(step=step)
+        self._migration.start_step(plan)
+        metrics[f"{FUSION_METRIC}/threshold"] = float(plan.threshold if plan else 0)
+        if plan is not None:
+            metrics[f"{FUSION_METRIC}/predicted_stage_s"] = plan.predicted_stage_s
+            metrics[f"{FUSION_METRIC}/predicted_stage_s_without"] = plan.predicted_stage_s_without
+        self.replay_buffer.on_poll = self._migrate_at_threshold
+
+    def _migrate_at_threshold(self) -> None:
+        threshold = self._migration.pending_threshold
+        if threshold is not None and 0 < self.replay_buffer.unfinished_samples(self.global_steps, self._group) <= threshold:
+            self._migration.migrate()
+
+    def _prepare(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, balance: bool) -> KVBatchMeta:
+        """Every stage before the optimizer steps, on one dynamic batch (verl's methods): the
+        inference stage, and the advantages where they stay within a group. ``balance``: verl's
+        balance across data-parallel ranks, for a mini-batch whose optimizer step streams."""
         if self.reward_loop_manager.reward_loop_worker_handles is None:
             with marked_timer("reward", timing_raw, color="yellow"):
                 batch = self._compute_reward_colocate(batch, metrics=metrics)
-        batch = self._balance_batch(batch, metrics=metrics)
+        if balance:
+            batch = self._balance_batch(batch, metrics=metrics)
         with marked_timer("old_log_prob", timing_raw, color="blue"):
             batch = self._compute_old_log_prob(batch, metrics=metrics)
         if self.use_reference_policy:
@@ -451,6 +548,8 @@ class RlweaveStreamTrainer(PPOTrainer):
         if self.use_critic:
             with marked_timer("values", timing_raw, color="cyan"):
                 batch = self._compute_values(batch, metrics=metrics)
+        if self._batch_advantages:
+            return batch
         with marked_timer("adv", timing_raw, color="brown"):
             return self._compute_advantage(batch, metrics=metrics)
 
@@ -474,6 +573,9 @@ def _why_updates_wait(config: Any) -> str | None:
     prepared (with the setting that would allow it), or ``None`` when it can and the result is
     that of verl's sync mode."""
     actor = config.actor_rollout_ref.actor
+    if config.algorithm.adv_estimator not in GROUP_WISE_ESTIMATORS:
+        return (f"algorithm.adv_estimator={config.algorithm.adv_estimator} normalises the advantages over the whole "
+                f"batch, so they and the updates wait for its last sample (group-wise estimators such as grpo stream)")
     if not _bypass_mode(config) and actor.strategy not in SNAPSHOT_STRATEGIES:
         return (f"the trainer recomputes the old log-probs, and after the first optimizer step it needs a copy of "
                 f"the generating weights, which verl keeps for actor.strategy in {SNAPSHOT_STRATEGIES} only (got "

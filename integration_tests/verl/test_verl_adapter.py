@@ -86,19 +86,22 @@ def test_agentic_rollout_accepts_vllm_and_sglang_with_priority_scheduling(engine
                         "actor_rollout_ref.rollout.scheduling_policy=priority"])  # does not raise
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "trainer.v1.trainer_mode=sync (the default), but rlweave.stream_generation needs"),
-    (("trainer.v1.trainer_mode=rlweave_stream",),
-     "algorithm.adv_estimator=gae (the default), but rlweave.stream_generation needs"),
+@pytest.mark.parametrize(("plugins", "message"), [
+    (("stream_generation",), "trainer.v1.trainer_mode=sync (the default), but rlweave.stream_generation needs"),
+    (("stage_fusion",), "trainer.v1.trainer_mode=sync (the default), but rlweave.stage_fusion needs"),
+    (("stream_generation", "stage_fusion"), "trainer.v1.trainer_mode=colocate_async"),
 ])
-def test_stream_generation_refuses_a_command_line_it_cannot_honour(args, message):
-    """The path to the user's terminal is shown by the agentic test above."""
+def test_stream_plugins_refuse_a_command_line_they_cannot_honour(plugins, message):
+    """The path to the user's terminal is shown by the agentic test above. Stream generation and
+    stage fusion share the stream trainer, so they compose, with any advantage estimator (GAE's
+    wait for the batch's last sample)."""
     from rlweave.config import ConfigError
 
-    argv = ["+rlweave.stream_generation.enable=true", *args]
+    argv = [f"+rlweave.{p}.enable=true" for p in plugins]
+    wrong = ["trainer.v1.trainer_mode=colocate_async"] if len(plugins) > 1 else []
     with pytest.raises(ConfigError, match=re.escape(message)):
-        check_command_line(argv)
-    check_command_line([*argv, "trainer.v1.trainer_mode=rlweave_stream", "algorithm.adv_estimator=grpo"])
+        check_command_line([*argv, *wrong])
+    check_command_line([*argv, "trainer.v1.trainer_mode=rlweave_stream", "algorithm.adv_estimator=gae"])
 
 
 @pytest.mark.timeout(300)

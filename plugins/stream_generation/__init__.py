@@ -24,7 +24,8 @@ exactly once and fires the ranker hooks).
 from; the optimizer steps wait for the step's last group when the trainer recomputes the old
 log-probs, and stream with the mini-batches when they are the rollout's. GRPO advantages need
 only complete groups (guaranteed); estimators that normalise over the batch (GAE, REINFORCE++,
-ReMax) are refused in stream mode rather than given a new meaning. Async: engines keep
+ReMax) keep their meaning: the trainer computes their advantages once the batch is complete,
+and the updates wait for them. Async: engines keep
 generating while the trainer trains, staleness ``k`` maps to verl's ``max_off_policy_threshold =
 k + 1`` with the ``drop`` strategy, and a dynamic batch keeps room for the groups at their last
 chance so that few are dropped.

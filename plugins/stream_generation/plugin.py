@@ -40,16 +40,9 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     long_tail_fraction = c.long_tail_fraction if c.mode == "on_policy" else 1.0
 
 
-# Advantage estimators whose statistics stay within a GRPO group, so a streamed mini-batch of
-# complete groups gets the advantages the whole batch would give it. GAE, REINFORCE++ and ReMax
-# whiten over the whole batch.
-STREAMABLE_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg")
 VERL_REQUIREMENTS = (
     SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync",
                        "stream generation runs as rlweave's verl trainer mode", "stream_generation"),
-    SettingRequirement("algorithm.adv_estimator", STREAMABLE_ESTIMATORS, "gae",
-                       "it trains on mini-batches of complete GRPO groups as they finish, so the "
-                       "advantages must not normalise over the whole batch", "stream_generation"),
 )
 
 

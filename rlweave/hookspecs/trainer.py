@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlweave.hookspecs import hookspec
-from rlweave.types import DynamicBatchRequest, StageContext, StreamSettings
+from rlweave.types import DynamicBatchRequest, FusionStep, MigrationPlan, StageContext, StreamSettings
 
 
 @hookspec(firstresult=True)
@@ -45,4 +45,16 @@ def rlweave_dynamic_batch(request: DynamicBatchRequest) -> int | None:
 
     Called by the ``rlweave_stream`` trainer at every poll while it waits for a dynamic batch.
     ``None``: every finished group, up to ``most``.
+    """
+
+
+@hookspec(firstresult=True)
+def rlweave_migration_plan(step: FusionStep) -> MigrationPlan | None:
+    """Whether, when and where the step's generation tail migrates so that the devices it
+    leaves run the inference stage (RLHFuse's inter-stage fusion).
+
+    Called by the ``rlweave_stream`` trainer when a step starts, with its rollout instances;
+    the trainer then applies the plan through verl's partial rollout (the sources leave the
+    request balancer, their requests are aborted and resubmitted with their tokens). ``None``:
+    no migration this step.
     """

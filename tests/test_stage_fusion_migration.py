@@ -1,0 +1,111 @@
+"""RLHFuse's inter-stage fusion: the step simulation behind the migration decision, the
+decision itself, and the plugin's hooks as the stream trainer calls them."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from rlweave.config import ConfigError, Setting, build_config
+from rlweave.host import build_plugin_manager
+from rlweave.plugins.stage_fusion.migration import EngineCost, InferenceCost, plan_migration, simulate_stage
+from rlweave.types import FusionStep, RolloutInstance, SampleRecord, StreamSettings
+
+SECOND = EngineCost(base_s=1.0, per_seq_s=0.0, prefill_s_per_token=0.0)  # one token per second
+
+
+def instances(*shares: bool, slots: int = 8) -> tuple[RolloutInstance, ...]:
+    return tuple(RolloutInstance(f"i{k}", s, slots) for k, s in enumerate(shares))
+
+
+def test_inference_follows_each_sample_and_the_stage_ends_with_the_last_ones() -> None:
+    # One instance off the trainer's devices: samples end at 2 s and 3 s, each inferred in 0.5 s.
+    assert simulate_stage([2, 3], instances(False), SECOND, InferenceCost(0.5)) == pytest.approx(3.5)
+    # Inference backlog: both end at 2 s, the second waits for the first.
+    assert simulate_stage([2, 2], instances(False), SECOND, InferenceCost(0.5)) == pytest.approx(3.0)
+    # Batch slots: one at a time, the second starts after the first.
+    assert simulate_stage([2, 2], instances(False, slots=1), SECOND, InferenceCost(0.5)) == pytest.approx(4.5)
+
+
+def test_an_engine_on_the_trainers_devices_and_the_inference_slow_each_other() -> None:
+    # The 1-token sample ends at 1 s; its inference (1 s alone) shares the device with the
+    # 5-token sample, both at half speed, until the inference is done at 3 s (the engine made
+    # one more token by then); the last 3 tokens at full speed end at 6 s, inferred by 7 s.
+    shared = simulate_stage([1, 5], instances(True), SECOND, InferenceCost(1.0, shared_slowdown=2.0))
+    assert shared == pytest.approx(7.0)
+    assert simulate_stage([1, 5], instances(False), SECOND, InferenceCost(1.0)) == pytest.approx(6.0)
+
+
+def test_migrating_the_tail_off_the_trainers_devices_frees_them_for_inference() -> None:
+    lengths = [2, 30, 2, 2]  # in turn: i0 (shares) gets 2 and 2, i1 gets 30 and 2
+    hosts = instances(True, False)
+    cost = InferenceCost(2.0, shared_slowdown=2.0)
+    without = simulate_stage(lengths, hosts, SECOND, cost)
+    # i0's samples are done at 2 s: nothing left to move, the same stage.
+    assert simulate_stage(lengths, hosts, SECOND, cost, threshold=1, destinations=("i1",)) == without
+    lengths = [30, 2, 30, 2]  # i0 now holds the two long samples
+    without = simulate_stage(lengths, hosts, SECOND, cost)
+    migrated = simulate_stage(lengths, hosts, SECOND, cost, threshold=2, destinations=("i1",))
+    assert migrated < without
+    # A re-prefill that costs more than the tail leaves only its delay.
+    slow_prefill = EngineCost(1.0, 0.0, prefill_s_per_token=10.0)
+    assert simulate_stage(lengths, hosts, slow_prefill, cost, prompt_len=8, threshold=2,
+                          destinations=("i1",)) > migrated
+
+
+def step_of(*shares: bool, samples: int = 8) -> FusionStep:
+    return FusionStep(step=2, samples=samples, instances=instances(*shares), prompt_len=8)
+
+
+def test_the_plan_migrates_only_where_it_frees_devices_and_pays() -> None:
+    lengths = [3, 3, 3, 3, 3, 3, 40, 40]
+    cost = InferenceCost(1.0)
+    plan = plan_migration(step_of(True, False), lengths, SECOND, cost)
+    assert plan is not None and plan.sources == ("i0",) and plan.destinations == ("i1",)
+    assert 1 <= plan.threshold < len(lengths)
+    assert plan.predicted_stage_s <= 0.99 * plan.predicted_stage_s_without
+    assert plan_migration(step_of(False, False), lengths, SECOND, cost) is None  # nothing to free
+    assert plan_migration(step_of(True, True), lengths, SECOND, cost) is None  # nowhere to go
+    # Inference far shorter than the tail: freeing the device buys nothing.
+    assert plan_migration(step_of(True, False), lengths, SECOND, InferenceCost(1e-4)) is None
+    fixed = plan_migration(step_of(True, False), lengths, SECOND, cost, threshold=3)
+    assert fixed.threshold == 3 and math.isfinite(fixed.predicted_stage_s)
+    blind = plan_migration(step_of(True, False), [], SECOND, cost, threshold=3)  # nothing to predict from
+    assert blind.threshold == 3 and math.isnan(blind.predicted_stage_s)
+    assert plan_migration(step_of(True, False), [], SECOND, cost) is None
+
+
+def test_bad_costs_fail_clearly() -> None:
+    with pytest.raises(ValueError, match="base_s > 0"):
+        EngineCost(0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="shared_slowdown >= 1"):
+        InferenceCost(1.0, 0.5)
+    with pytest.raises(ConfigError, match="shared_slowdown'; allowed: >= 1"):
+        build_config([Setting("stage_fusion.shared_slowdown", 0.5, "test")])
+
+
+def test_the_plugin_plans_each_step_from_the_lengths_of_the_step_before(monkeypatch: pytest.MonkeyPatch,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("RLWEAVE_LOAD_PLUGINS", "")
+    config = build_config([Setting("stage_fusion.enable", True, "test"),
+                           Setting("stage_fusion.decode_base_ms", 1000.0, "test"),
+                           Setting("stage_fusion.decode_per_seq_ms", 0.0, "test")])
+    hook = build_plugin_manager(config).hook
+    assert hook.rlweave_stream_settings() == StreamSettings()  # on-policy, the trainer's defaults
+    assert [r.key for r in hook.rlweave_framework_requirements(framework="verl")[0]] == ["trainer.v1.trainer_mode"]
+    step = FusionStep(step=1, samples=8, instances=instances(True, False), prompt_len=8,
+                      inference_s_per_sample=1.0)
+    with caplog.at_level(logging.INFO, logger="rlweave.plugins.stage_fusion.inter_stage"):
+        assert hook.rlweave_migration_plan(step=step) is None
+    assert "no step seen yet" in caplog.text
+    for i, n in enumerate([3, 3, 3, 3, 3, 3, 40, 40]):
+        hook.rlweave_sample_finished(sample=SampleRecord(f"g{i}_0_0", f"g{i}", 8, n, 1))
+    with caplog.at_level(logging.INFO, logger="rlweave.plugins.stage_fusion.inter_stage"):
+        plan = hook.rlweave_migration_plan(step=FusionStep(2, 8, step.instances, 8, 1.0))
+    assert plan is not None and plan.destinations == ("i1",)
+    assert f"once <= {plan.threshold} of 8 samples remain" in caplog.text
+    assert "predicted generation+inference" in caplog.text
+    off = build_config([Setting("stage_fusion.enable", True, "test"), Setting("stage_fusion.migration", False, "test")])
+    assert build_plugin_manager(off).hook.rlweave_migration_plan(step=step) is None
