@@ -478,6 +478,7 @@ def plot(rows, path):
             ax.plot(ms, [r[method]["e_overlap"] for r in sel], "o-", color=color, label=f"{method} measured")
             ax.plot(ms, [r[method]["model_e_overlap"] for r in sel], "x--", color=color, label=f"{method} model")
         ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylim(-1.05, 1.05)  # below -1: more than twice the sequential ECT
         ax.set_xscale("log", base=2)
         ax.set_xlabel("m (gathered rows)")
         ax.set_ylabel("E_overlap")

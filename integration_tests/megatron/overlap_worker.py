@@ -133,6 +133,8 @@ def layer_training(world: int, rank: int) -> dict:
     ours.load_state_dict(ref.state_dict())
     classes = sorted({type(m).__name__ for m in ours.modules() if "Parallel" in type(m).__name__})
     shared = sorted(n for n, p in ours.named_parameters() if getattr(p, "sequence_parallel", False))
+    seq = SHARD * world  # attention sees the gathered sequence; Megatron's default mask is made on CUDA
+    causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)[None, None]
     losses = {}
     for name, layer in (("ref", ref), ("ours", ours)):
         optim = torch.optim.SGD(layer.parameters(), lr=0.05)
@@ -140,7 +142,7 @@ def layer_training(world: int, rank: int) -> dict:
         for step in range(2):
             torch.manual_seed(1000 * step + rank)
             x = torch.randn(SHARD, BATCH, HIDDEN)
-            out, _ = layer(x, attention_mask=None)
+            out, _ = layer(x, attention_mask=causal)
             loss = out.square().mean()
             optim.zero_grad()
             loss.backward()
