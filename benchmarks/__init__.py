@@ -70,5 +70,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "FLUX overlapped TP linears: equality with Megatron's on gloo, modelled E_overlap, GPU check"),
         Benchmark("verl-baseline", "rlweave.benchmarks.verl_baseline", ("verl", "vllm"), ".venv-verl",
                   "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
+        Benchmark("resilience", "rlweave.benchmarks.resilience", ("verl", "vllm"), ".venv-verl",
+                  "MegaScale resilience: detection, recovery, lost work, overhead and ETTR vs verl's resume path"),
     )
 }

@@ -1,4 +1,5 @@
-"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``demo``, ``models``.
+"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``demo``, ``models``,
+``chaos``.
 
 Commands that need a framework this interpreter lacks re-launch themselves in the environment
 that has it (see :mod:`rlweave.environments`).
@@ -101,6 +102,49 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(args: argparse.Namespace, argv: list[str]) -> int:
+    """Faults into a verl job (resilience): see :mod:`rlweave.adapters.verl.chaos`."""
+    ensure_modules(("ray", "psutil"), ".venv-verl", argv)
+    from rlweave.adapters.verl import chaos
+    from rlweave.chaos import parse_faults
+
+    if args.action == "inject":
+        try:
+            faults = parse_faults(args.faults)
+        except ValueError as error:
+            raise SystemExit(f"rlweave chaos: {error}") from None
+        chaos.inject(faults, args.address)
+        print(f"handed {len(faults)} fault(s) to the job's resilience monitor")
+    elif args.action in ("kill", "stop", "cont"):
+        pids = chaos.signal_now(args.worker, args.action)
+        if not pids:
+            raise SystemExit(f"rlweave chaos: no process of {args.worker} on this machine")
+        print(f"{args.action} {args.worker}: pid {', '.join(map(str, pids))}")
+    elif args.action == "corrupt":
+        print(chaos.corrupt_newest(args.folder, args.how, args.step))
+    else:
+        print(json.dumps(chaos.status(args.address), indent=1, default=str))
+    return 0
+
+
+def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
+    chaos = sub.add_parser("chaos", help="inject faults into a verl job (kill, hang, slow, corrupt a checkpoint)")
+    actions = chaos.add_subparsers(dest="action", required=True)
+    inject = actions.add_parser("inject", help="faults for a running job's resilience monitor to fire at a "
+                                               "step, e.g. 'kill:trainer:1@3.update_actor+0.5;slow:trainer:0@2x3'")
+    inject.add_argument("faults")
+    for name, what in (("kill", "SIGKILL"), ("stop", "SIGSTOP (a hang)"), ("cont", "SIGCONT")):
+        now = actions.add_parser(name, help=f"{what} a worker's process now (trainer:R, rollout:R, rollout:R.engine)")
+        now.add_argument("worker", type=lambda w: w.replace(".engine", "/engine"))
+    corrupt = actions.add_parser("corrupt", help="corrupt the newest persisted checkpoint of a verl checkpoint folder")
+    corrupt.add_argument("folder", help="verl's trainer.default_local_dir")
+    corrupt.add_argument("--how", choices=("flip", "truncate", "delete"), default="flip")
+    corrupt.add_argument("--step", type=int, default=None)
+    actions.add_parser("status", help="what the running job's resilience monitor sees")
+    for p in (inject, actions.choices["status"]):
+        p.add_argument("--address", default="auto", help="the job's Ray cluster (default: this machine's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rlweave.benchmarks import BENCHMARKS
 
@@ -127,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="bench-results/demo")
     models = sub.add_parser("models", help="build the tiny random-weight models (cached)")
     models.add_argument("names", nargs="*")
+    add_chaos_parser(sub)
     return parser
 
 
@@ -141,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_demo(args, argv)
     if args.command == "plan":
         return cmd_plan(args)
+    if args.command == "chaos":
+        return cmd_chaos(args, argv)
     return cmd_models(args)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 
 from rlweave.frameworks import verl_cpu_platform_selected
 from rlweave.host import get_host
@@ -41,7 +42,20 @@ def register() -> None:
         apply_patches("vllm", version, PLUGINS)
         role = multiprocessing.current_process().name
         host.hook.rlweave_framework_loaded(framework=FrameworkInfo("vllm", version, role))
+        if role.startswith("EngineCore"):
+            _start_engine_heartbeat(host)
     _registered = True
+
+
+def _start_engine_heartbeat(host) -> None:
+    """A rollout replica's engine beats as ``<replica>/engine`` (resilience): the process that
+    launched it (verl's rollout server) exported where the monitor is and which replica it is."""
+    from rlweave.adapters import heartbeat
+
+    address, worker = os.environ.get(heartbeat.MONITOR_ENV), os.environ.get(heartbeat.WORKER_ENV)
+    settings = host.hook.rlweave_resilience_settings()
+    if settings is not None and address and worker and "/" not in worker:
+        heartbeat.start(address, f"{worker}/engine", settings.heartbeat_s)
 
 
 def _log_like_vllm() -> None:

@@ -93,21 +93,36 @@ class HealthMonitor:
         self.longest: dict[tuple[str, str], float] = {}  # (group, section) -> longest duration
         self.durations: dict[tuple[str, str], dict[str, deque[float]]] = defaultdict(dict)
         self.reported: dict[tuple[str, Health], WorkerIncident] = {}
+        self.retired: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ input
 
     def observe(self, beat: Heartbeat) -> None:
         w = self.workers.get(beat.worker)
+        if beat.retired:
+            self.retired.add((beat.worker, beat.pid))
+            if w is not None and (not beat.pid or beat.pid == w.pid):
+                self._forget(w.name)
+                del self.workers[w.name]
+            return
+        if (beat.worker, beat.pid) in self.retired:
+            return
+        if w is not None and beat.pid and w.pid and beat.pid != w.pid:
+            if not beat.alive:
+                return  # the exit of a process this name no longer stands for
+            self._forget(w.name)  # a new process under the old name (a replaced worker)
+            w = None
         if w is None:
-            w = self.workers[beat.worker] = _Worker(beat.worker, beat.group, beat.time_s)
-        elif beat.alive and self.training and beat.time_s > w.last_s and (w.name, Health.HUNG) not in self.reported:
+            w = self.workers[beat.worker] = _Worker(beat.worker, beat.group, beat.time_s, pid=beat.pid)
+        elif (beat.alive and self.training and beat.time_s > w.last_s
+              and (w.name, Health.HUNG) not in self.reported):
             self.gaps[w.group].append(beat.time_s - w.last_s)  # (a hung worker's silence is no sample)
         if not beat.alive:
             w.alive, w.exit_s, w.detail = False, beat.time_s, beat.detail
             return
-        if not w.alive:  # a new process under the old name (a replaced worker): start afresh
+        if not w.alive:  # beating again after an exit was reported under this pid: start afresh
             self._forget(w.name)
-            w = self.workers[beat.worker] = _Worker(beat.worker, beat.group, beat.time_s)
+            w = self.workers[beat.worker] = _Worker(beat.worker, beat.group, beat.time_s, pid=beat.pid)
         w.last_s = max(w.last_s, beat.time_s)
         w.pid, w.host, w.collective = beat.pid, beat.host, beat.collective
         if beat.step > w.step or beat.section != w.section:

@@ -1,0 +1,245 @@
+"""Heartbeats and progress marks over UDP, from any worker process to the resilience monitor.
+
+Framework-free, so that every adapter starts the same sender: a daemon thread per process
+sends one small JSON datagram every ``interval_s`` to the monitor's address, carrying the
+worker's identity, its pid and host, the section in progress and the sections finished since
+the last beat. UDP because a beat must cost the worker nothing (no connection, no reply to wait
+for, nothing to block on when the monitor is slow) and because it needs no framework in the
+process: vLLM's engine process has no Ray connection.
+
+Section timers are sync-free: :meth:`HeartbeatSender.section` reads ``time.monotonic`` at the
+start and end (a GPU adapter records CUDA events instead and reports them when they complete).
+
+The monitor may answer a beat with instructions (the chaos tool's ``slow`` factor); the sender
+reads them without waiting, on its next beat.
+
+Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, which the
+sender sets once it knows it, so that child processes (vLLM's engine) inherit it; and who the
+process is: ``RLWEAVE_WORKER`` (``role:rank``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+MONITOR_ENV = "RLWEAVE_MONITOR_ADDR"
+WORKER_ENV = "RLWEAVE_WORKER"
+MAX_DATAGRAM = 60_000
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class HeartbeatSender:
+    """One per process (:func:`start`). Thread-safe; every method returns at once."""
+
+    def __init__(self, address: tuple[str, int], worker: str, interval_s: float) -> None:
+        self.address, self.worker, self.interval_s = address, worker, interval_s
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.seq = 0
+        self.step = -1
+        self.current = ""  # the section in progress
+        self.section_start = 0.0
+        self.collective = ""
+        self.slow_factor = 1.0
+        self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
+        self._activities: dict[str, int] = {}
+        self._counters: dict[str, int] = {}
+        self._finished: list[dict[str, Any]] = []
+        self._extra: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlweave-heartbeat", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- progress
+
+    @contextmanager
+    def section(self, name: str, step: int | None = None) -> Iterator[None]:
+        """Time the enclosed block as section ``name``; sections do not nest (an inner one
+        is timed, the outer one resumes as the current section afterwards)."""
+        outer = (self.current, self.section_start)
+        start_wall, start = time.time(), time.monotonic()
+        with self._lock:
+            if step is not None:
+                self.step = step
+            self.current, self.section_start = name, start
+        try:
+            yield
+        finally:
+            duration = time.monotonic() - start
+            with self._lock:
+                self._finished.append({"section": name, "step": self.step, "start_s": start_wall,
+                                       "duration_s": duration})
+                self.current, self.section_start = outer
+
+    @contextmanager
+    def activity(self, name: str) -> Iterator[None]:
+        """Like :meth:`section` for work that overlaps itself (a client's requests in flight):
+        the section is ``name`` while at least one is running; nothing is timed."""
+        with self._lock:
+            self._activities[name] = self._activities.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._activities[name] -= 1
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add to a counter the monitor sums over every worker (``requests_resubmitted``)."""
+        with self._lock:
+            self._counters[key] = self._counters.get(key, 0) + n
+
+    def slow_down(self, duration_s: float) -> None:
+        """The chaos tool's ``slow``: stretch a section that took ``duration_s`` by the factor
+        the monitor set (a no-op unless a fault asked for it)."""
+        if self.slow_factor > 1.0:
+            time.sleep((self.slow_factor - 1.0) * duration_s)
+
+    def set_step(self, step: int) -> None:
+        self.step = step
+
+    def entered_collective(self, name: str, seq: int) -> None:
+        self.collective = f"{name}#{seq}"
+
+    def report(self, worker: str, alive: bool, detail: str = "", pid: int = 0) -> None:
+        """Speak for another process (a child whose exit this process saw, a server a client
+        found dead): sent with the next beat."""
+        with self._lock:
+            self._extra.append({"worker": worker, "alive": alive, "detail": detail, "pid": pid,
+                                "host": self.host})
+        self.beat_now()
+
+    def beat_now(self) -> None:
+        self._send()
+
+    # ---------------------------------------------------------------- the thread
+
+    def _message(self) -> dict[str, Any]:
+        with self._lock:
+            self.seq += 1
+            finished, self._finished = self._finished, []
+            extra, self._extra = self._extra, []
+            counters, self._counters = self._counters, {}
+            section = self.current or next((a for a, n in self._activities.items() if n > 0), "")
+            running = time.monotonic() - self.section_start if self.current else 0.0
+            return {"worker": self.worker, "pid": self.pid, "host": self.host, "seq": self.seq,
+                    "step": self.step, "section": section, "section_s": running, "actor": self.actor,
+                    "collective": self.collective, "finished": finished, "reports": extra,
+                    "counters": counters}
+
+    def _send(self) -> None:
+        data = json.dumps(self._message()).encode()
+        try:
+            self._sock.sendto(data[:MAX_DATAGRAM], self.address)
+        except OSError:
+            pass  # the monitor is gone or not up yet: nothing to do, the next beat tries again
+
+    def _read_instructions(self) -> None:
+        while True:
+            try:
+                data, _ = self._sock.recvfrom(MAX_DATAGRAM)
+            except (BlockingIOError, OSError):
+                return
+            try:
+                self.slow_factor = float(json.loads(data).get("slow", self.slow_factor))
+            except (ValueError, AttributeError):
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._send()
+            self._read_instructions()
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+_sender: HeartbeatSender | None = None
+_start_lock = threading.Lock()
+
+
+def current() -> HeartbeatSender | None:
+    """This process's sender, if it started one."""
+    return _sender
+
+
+def start(address: str, worker: str, interval_s: float, actor: str = "") -> HeartbeatSender:
+    """Start this process's sender once (later calls return the running one) and export the
+    monitor's address and the worker's identity to child processes."""
+    global _sender
+    with _start_lock:
+        if _sender is None:
+            _sender = HeartbeatSender(parse_address(address), worker, interval_s)
+            _sender.actor = actor
+            os.environ[MONITOR_ENV], os.environ[WORKER_ENV] = address, worker
+        return _sender
+
+
+NOT_A_WORKER = "not a worker"
+
+
+def start_when_known(resolve: Callable[[], tuple[str, str, str] | str | None], interval_s: float,
+                     give_up_s: float = 3600.0) -> None:
+    """Start the sender from a background thread once ``resolve()`` returns (address, worker,
+    actor name): a process may load before the monitor exists, or before it knows its own
+    name. ``resolve()`` returns ``None`` to be asked again, :data:`NOT_A_WORKER` to stop."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + give_up_s
+        while time.monotonic() < deadline:
+            try:
+                found = resolve()
+            except Exception:  # the framework is shutting down, or not up yet
+                found = None
+            if found == NOT_A_WORKER:
+                return
+            if found is not None:
+                start(*found[:2], interval_s, actor=found[2])
+                return
+            time.sleep(interval_s)
+
+    threading.Thread(target=wait, name="rlweave-heartbeat-start", daemon=True).start()
+
+
+class HeartbeatReceiver:
+    """The monitor's end: a UDP socket on an ephemeral port of ``host``."""
+
+    def __init__(self, host: str) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind((host, 0))
+        self._sock.settimeout(0.2)
+        self.address = f"{host}:{self._sock.getsockname()[1]}"
+
+    def receive(self) -> tuple[dict[str, Any], tuple[str, int]] | None:
+        """One beat and its sender's address, or ``None`` after 0.2 s without one."""
+        try:
+            data, origin = self._sock.recvfrom(MAX_DATAGRAM)
+        except (TimeoutError, OSError):
+            return None
+        try:
+            return json.loads(data), origin
+        except ValueError:
+            return None
+
+    def reply(self, origin: tuple[str, int], message: dict[str, Any]) -> None:
+        try:
+            self._sock.sendto(json.dumps(message).encode(), origin)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._sock.close()

@@ -1,0 +1,629 @@
+"""verl's synchronous trainer, made to survive its faults (MegaScale's recovery, by RL role).
+
+:func:`resilient` subclasses verl's ``sync`` trainer; the subclass only adds, around verl's own
+methods:
+
+- **monitoring**: the job's monitor actor (:mod:`.resilience_monitor`) and the controller's
+  heartbeat, one section per stage;
+- **stage 1 checkpoint**: after each step's update, verl's FSDP checkpoint of every trainer
+  rank written to host memory (:mod:`.checkpoints`);
+- **trainer recovery**: a stage that fails because a trainer rank died (or was killed as the
+  culprit of a hang) makes the trainer stop the whole worker group, build a new one in the same
+  placement groups, restore the newest snapshot with verl's own loader and run the step again
+  on the samples it had already generated, kept in TransferQueue: at most the step in flight is
+  redone, and no sample is generated again;
+- **rollout recovery**: while generation waits for its samples, a replica that died (its engine
+  or its server) is replaced by a fresh one of the same rank, the weights of the current version
+  pushed to it, and the load balancer told; verl's requests that were on it are resubmitted by
+  :class:`~.resilient_workers.ResilientLLMServerClient`, so the step completes with every
+  sample, none twice;
+- **stage 2 checkpoint**: at verl's ``save_freq``, the snapshot persisted in the background in
+  verl's layout, atomically, with a manifest of checksums; on resume, the newest checkpoint
+  that verifies is loaded.
+
+What to do is always the plugin's answer to ``rlweave_incident``; what was done goes to
+``rlweave_recovery_done``. Per-step figures join verl's metrics under ``rlweave/resilience/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import os
+import shutil
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import ray
+from omegaconf import open_dict
+from verl.single_controller.ray import RayWorkerGroup, create_colocated_worker_cls
+from verl.trainer.ppo.utils import Role
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.utils.losses import value_loss
+
+from rlweave.adapters import heartbeat
+from rlweave.adapters.verl import checkpoints as ckpt
+from rlweave.adapters.verl.resilience_monitor import CONTROLLER, start_monitor
+from rlweave.adapters.verl.resilient_workers import (
+    RESUBMITTED,
+    ResilientActorRolloutRefWorker,
+    ResilientLLMServerClient,
+    ResilientTrainingWorker,
+)
+from rlweave.adapters.verl.trainer import STAGE_METHODS
+from rlweave.host import get_host
+from rlweave.types import CheckpointCandidate, Health, RecoveryAction, RecoveryKind, RecoveryRecord, WorkerIncident
+
+METRIC = "rlweave/resilience"
+POLL_S = 0.25
+FAILURE_MARKS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo",
+                 "ActorDiedError", "ActorUnavailableError")
+
+
+class TrainerGroupLost(RuntimeError):
+    """The monitor found a trainer rank dead while no worker call was running."""
+
+
+def _incident(entry: dict[str, Any]) -> WorkerIncident:
+    fields = dict(entry["incident"])
+    fields["kind"] = Health(fields["kind"])
+    return WorkerIncident(**fields)
+
+
+class Resilience:
+    """The resilient trainer's state and recovery, apart from verl's trainer namespace."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.hook = get_host().hook
+        self.settings = self.hook.rlweave_resilience_settings()
+        self.job_id = ray.get_runtime_context().get_job_id()
+        self.snapshots = Path(self.settings.snapshot_dir) / f"job-{self.job_id}-{uuid.uuid4().hex[:8]}"
+        self.snapshot_step = -1
+        self.dataloader_states: dict[int, bytes] = {}
+        self.pinned: set[int] = set()
+        self.hosts: dict[str, Any] = {}
+        self.node_ranks: dict[str, list[int]] = {}
+        self.persists: list[concurrent.futures.Future] = []
+        self.persist_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlweave-persist")
+        self.replay: Any = None
+        self.replay_next = False
+        self.pending_replace: dict[int, WorkerIncident] = {}
+        self.pending_rebuild: WorkerIncident | None = None
+        self.lock = threading.RLock()
+        self.last_rebuild_s = 0.0
+        self.last_replace_s: dict[int, float] = {}
+        self.update_weights: Callable[..., Any] = lambda *a, **k: None  # verl's, unguarded
+        self.step_figures: dict[str, float] = {}
+        self.monitor: Any = None
+        self.sender: heartbeat.HeartbeatSender | None = None
+        self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
+
+    # ------------------------------------------------------------------ the samples ledger
+
+    def submitted_prompts(self, batch: Any) -> None:
+        uids = [str(u) for u in list(batch["uid"])]
+        index = batch["index"] if "index" in batch.keys() else uids
+        indexes = [str(i) for i in (index.tolist() if hasattr(index, "tolist") else list(index))]
+        self.submitted.update(zip(uids, indexes, strict=True))
+
+    def ledger(self, trained: Any) -> dict[str, float]:
+        """Whether the step trained exactly the prompts it submitted, each with all its samples:
+        groups lost or added (a failed group that verl refilled with another prompt), samples,
+        and a digest of the prompts (their dataset indexes), equal between two runs that trained
+        the same prompts."""
+        groups: dict[str, int] = {}
+        for key, tag in zip(trained.keys, trained.tags, strict=True):
+            if not tag.get("is_padding", False):
+                uid = key.split("_", 1)[0]
+                groups[uid] = groups.get(uid, 0) + 1
+        submitted, self.submitted = self.submitted, {}
+        indexes = sorted(submitted.get(uid, uid) for uid in groups)
+        return {"samples": float(sum(groups.values())),
+                "lost_groups": float(len(set(submitted) - set(groups))),
+                "extra_groups": float(len(set(groups) - set(submitted))),
+                "prompts_digest": float(zlib.crc32(",".join(indexes).encode()))}
+
+    # ------------------------------------------------------------------ start and stop
+
+    def start(self) -> None:
+        self.monitor = start_monitor(self.job_id, self.settings.faults, self.settings.check_s)
+        address = ray.get(self.monitor.address.remote())
+        self.sender = heartbeat.start(address, CONTROLLER, self.settings.heartbeat_s)
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        for future in self.persists:
+            future.result()
+        self.persist_pool.shutdown(wait=True)
+        if self.monitor is not None:
+            status = ray.get(self.monitor.status.remote())
+            ray.get(self.monitor.stop.remote())
+            print(f"rlweave resilience: {len(status['incidents'])} incident(s); workers that beat: "
+                  f"{', '.join(sorted(status['workers']))}")
+        shutil.rmtree(self.snapshots, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the controller's sections
+
+    def section(self, name: str) -> Any:
+        from contextlib import nullcontext
+
+        return self.sender.section(name) if self.sender is not None else nullcontext()
+
+    # ------------------------------------------------------------------ incidents
+
+    def poll(self) -> None:
+        """Take the monitor's new incidents and decide, for those the trainer applies."""
+        for entry in ray.get(self.monitor.take.remote()):
+            if entry["action"] not in (RecoveryKind.REPLACE.value, RecoveryKind.REBUILD.value,
+                                       RecoveryKind.ABORT.value):
+                if entry["incident"]["kind"] == Health.STRAGGLER.value:
+                    self.count("stragglers")
+                continue
+            incident = _incident(entry)
+            action = self.hook.rlweave_incident(incident=incident)
+            self._apply_later(incident, action)
+
+    def _apply_later(self, incident: WorkerIncident, action: RecoveryAction | None) -> None:
+        if incident.role == "trainer" and incident.since_s < self.last_rebuild_s:
+            return  # a process the last rebuild replaced
+        replica = int(incident.worker.split(":")[1].split("/")[0]) if incident.role == "rollout" else -1
+        if incident.role == "rollout" and incident.since_s < self.last_replace_s.get(replica, 0.0):
+            return
+        if action is None or action.kind is RecoveryKind.ABORT:
+            reason = action.reason if action else "no plugin decided"
+            raise RuntimeError(f"rlweave resilience: {incident.worker} {incident.kind.value} "
+                               f"({incident.detail}); giving up: {reason}")
+        if action.kind is RecoveryKind.REPLACE:
+            self.pending_replace[replica] = incident
+        elif action.kind is RecoveryKind.REBUILD:
+            self.pending_rebuild = self.pending_rebuild or incident
+
+    def safe_point(self, in_generation: bool = False) -> None:
+        """Between worker calls: apply what is pending. A trainer rebuild waits until no
+        generation is running (it must not push weights into engines mid-request)."""
+        self.poll()
+        for replica in sorted(self.pending_replace):
+            self.replace(replica, self.pending_replace.pop(replica))
+        if self.pending_rebuild is not None and not in_generation:
+            raise TrainerGroupLost(f"{self.pending_rebuild.worker} {self.pending_rebuild.kind.value}")
+
+    def worker_failure(self, error: BaseException) -> WorkerIncident | None:
+        """The incident behind ``error`` if a trainer worker's failure explains it, else None."""
+        self.poll()
+        if self.pending_rebuild is not None:
+            incident, self.pending_rebuild = self.pending_rebuild, None
+            return incident
+        text = f"{type(error).__name__}: {error}"
+        direct = isinstance(error, (ray.exceptions.RayActorError, TrainerGroupLost))
+        if self.pending_replace and not direct:
+            return None  # a worker's call into a dead replica: the replacement answers it
+        if not direct and not any(mark in text for mark in FAILURE_MARKS):
+            return None
+        now = time.time()
+        incident = WorkerIncident(worker=f"trainer:{self._rank_of(error)}", kind=Health.DEAD,
+                                  step=self.trainer.global_steps, detected_s=now, since_s=now, detail=text[:300])
+        action = self.hook.rlweave_incident(incident=incident)
+        if action is None or action.kind is not RecoveryKind.REBUILD:
+            return None
+        return incident
+
+    def _rank_of(self, error: BaseException) -> str:
+        actor_id = getattr(error, "actor_id", None)
+        for rank, worker in enumerate(self.trainer.actor_rollout_wg.workers):
+            if actor_id is not None and worker._actor_id.hex() == str(actor_id):
+                return str(rank)
+        return "?"
+
+    # ------------------------------------------------------------------ snapshots (stage 1)
+
+    def snapshot_folder(self, step: int) -> Path:
+        return ckpt.step_folder(self.snapshots, step)
+
+    def snapshot(self, step: int) -> None:
+        t = self.trainer
+        start = time.perf_counter()
+        folder = self.snapshot_folder(step)
+        t.actor_rollout_wg.save_checkpoint(str(folder / "actor"), None, step, max_ckpt_to_keep=None)
+        if t.use_critic:
+            t.critic_wg.save_checkpoint(str(folder / str(Role.Critic)), None, step, max_ckpt_to_keep=None)
+        self.dataloader_states[step] = ckpt.serialized_dataloader(t.train_dataloader.state_dict())
+        self.snapshot_step = step
+        self.step_figures["snapshot_s"] = time.perf_counter() - start
+        self._drop_old_snapshots()
+
+    def _drop_old_snapshots(self) -> None:
+        keep = {self.snapshot_step} | self.pinned
+        for step in ckpt.persisted_steps(self.snapshots):
+            if step not in keep:
+                shutil.rmtree(self.snapshot_folder(step), ignore_errors=True)
+                self.dataloader_states.pop(step, None)
+
+    def restore(self) -> None:
+        t = self.trainer
+        folder = self.snapshot_folder(self.snapshot_step)
+        t.actor_rollout_wg.load_checkpoint(str(folder / "actor"), None, del_local_after_load=False)
+        if t.use_critic:
+            t.critic_wg.load_checkpoint(str(folder / str(Role.Critic)), None, del_local_after_load=False)
+
+    # ------------------------------------------------------------------ stage 2
+
+    def _ensure_hosts(self) -> None:
+        if self.hosts:
+            return
+        workers = self.trainer.actor_rollout_wg.workers
+        where = ray.get([w.__ray_call__.remote(lambda self: (ray.get_runtime_context().get_node_id(),
+                                                             int(os.environ.get("RANK", "0"))))
+                         for w in workers])
+        self.node_ranks = {}
+        for node, rank in where:
+            self.node_ranks.setdefault(node, []).append(rank)
+        self.hosts = ckpt.start_hosts(self.node_ranks)
+
+    def _ranks(self, node: str) -> list[int] | None:
+        return None if len(self.node_ranks) == 1 else self.node_ranks[node]
+
+    def persist_async(self, step: int) -> None:
+        """Write the snapshot of ``step`` to verl's checkpoint folder in the background."""
+        self._ensure_hosts()
+        t = self.trainer
+        root = Path(t.config.trainer.default_local_dir).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        source, partial_dir = self.snapshot_folder(step), root / f"global_step_{step}{ckpt.PARTIAL}"
+        shutil.rmtree(partial_dir, ignore_errors=True)
+        self.pinned.add(step)
+        keep = t.config.trainer.get("max_actor_ckpt_to_keep", None)
+        world = t.actor_rollout_wg.world_size
+        data = self.dataloader_states[step]
+        corrupt = any(f.action == "corrupt" and f.step == step for f in self.settings.faults)
+
+        def write() -> None:
+            try:
+                start = time.perf_counter()
+                parts = ray.get([host.persist.remote(str(source), str(partial_dir), self._ranks(node))
+                                 for node, host in self.hosts.items()])
+                files = {k: v for part in parts for k, v in part.items()}
+                final = ckpt.finish_persist(root, step, files, data, world, keep)
+                self.step_figures["persist_s"] = time.perf_counter() - start
+                if corrupt:
+                    print(f"rlweave chaos: corrupt checkpoint {final}: {ckpt.corrupt(final)}")
+            finally:
+                self.pinned.discard(step)
+
+        self.persists.append(self.persist_pool.submit(write))
+
+    def load_verified(self) -> bool:
+        """verl's resume, from the newest persisted checkpoint that verifies, staged into host
+        memory; False when verl would start from scratch."""
+        t = self.trainer
+        mode = t.config.trainer.resume_mode
+        root = Path(t.config.trainer.default_local_dir).absolute()
+        if mode == "auto":
+            folders = [ckpt.step_folder(root, s) for s in ckpt.newest_first(root)]
+        elif mode == "resume_path":
+            folders = [Path(t.config.trainer.resume_from_path).absolute()]
+        else:
+            return False
+        if not folders:
+            return False
+        manifests = {str(f): ckpt.read_manifest(f) for f in folders}
+        candidates = [CheckpointCandidate(int(f.name.split("global_step_")[-1]), str(f),
+                                          tuple(ckpt.quick_problems(f, manifests[str(f)]))) for f in folders]
+        self._ensure_hosts()
+        while True:
+            chosen = self.hook.rlweave_resume_checkpoint(candidates=candidates)
+            if chosen is None:
+                raise RuntimeError("rlweave resilience: no persisted checkpoint verifies: " + "; ".join(
+                    f"{c.path}: {', '.join(c.problems)}" for c in candidates))
+            staged = self.snapshot_folder(chosen.step)
+            shutil.rmtree(staged, ignore_errors=True)
+            files = (manifests[chosen.path] or {}).get("files")
+            problems = [p for part in ray.get([host.stage.remote(chosen.path, str(staged), files, self._ranks(node))
+                                                for node, host in self.hosts.items()]) for p in part]
+            if not problems:
+                break
+            candidates = [CheckpointCandidate(c.step, c.path, tuple(problems)) if c.path == chosen.path else c
+                          for c in candidates]
+        for skipped in (c for c in candidates if c.problems and c.step > chosen.step):
+            print(f"rlweave resilience: skipped checkpoint {skipped.path}: {'; '.join(skipped.problems)}; "
+                  f"resuming from step {chosen.step} ({chosen.path}) instead")
+        with open_dict(t.config):
+            original = (t.config.trainer.resume_mode, t.config.trainer.get("resume_from_path"))
+            t.config.trainer.resume_mode, t.config.trainer.resume_from_path = "resume_path", str(staged)
+        try:
+            t._load_checkpoint_from_verl()
+        finally:
+            with open_dict(t.config):
+                t.config.trainer.resume_mode, t.config.trainer.resume_from_path = original
+        self.snapshot_step = chosen.step
+        self.dataloader_states[chosen.step] = (staged / "data.pt").read_bytes()
+        self.step_figures["skipped_checkpoints"] = float(sum(1 for c in candidates if c.problems))
+        return True
+
+    # ------------------------------------------------------------------ trainer recovery
+
+    def rebuild(self, incident: WorkerIncident) -> None:
+        """Stop the trainer worker group, build it anew, restore the newest snapshot."""
+        action = RecoveryAction(RecoveryKind.REBUILD, incident.detail)
+        start = time.time()
+        t = self.trainer
+        print(f"rlweave resilience: rebuilding the trainer worker group ({incident.worker} "
+              f"{incident.kind.value}); restoring the snapshot of step {self.snapshot_step}")
+        self.last_rebuild_s = start
+        names = [f"trainer:{rank}" for rank in range(t.actor_rollout_wg.world_size)]
+        ray.get(self.monitor.retire.remote(names))
+        old = {w._actor_id: w for wg in self._worker_groups() for w in wg.workers}
+        for worker in old.values():
+            ray.kill(worker, no_restart=True)
+        _wait_dead(list(old.values()))
+        build_worker_groups(t)
+        t.llm_server_manager.worker_group = t.actor_rollout_wg
+        for replica in t.llm_server_manager.get_replicas():
+            size = replica.world_size
+            replica.workers = t.actor_rollout_wg.workers[size * replica.replica_rank: size * (replica.replica_rank + 1)]
+        t.checkpoint_manager.actor_wg = t.actor_rollout_wg
+        if self.snapshot_step >= 0:
+            self.restore()
+        self.safe_point(in_generation=True)  # replicas found dead meanwhile are replaced first
+        self.update_weights(max(t.global_steps - 1, 0))
+        self.count("recoveries")
+        self.count("steps_redone")
+        self._done(incident, action, start)
+
+    def _worker_groups(self) -> list[RayWorkerGroup]:
+        t = self.trainer
+        groups = [t.actor_rollout_wg]
+        groups += [t.critic_wg] if t.use_critic else []
+        groups += [t.ref_policy_wg] if t.use_reference_policy and not t.ref_in_actor else []
+        return groups
+
+    # ------------------------------------------------------------------ rollout recovery
+
+    def replace(self, replica_rank: int, incident: WorkerIncident) -> None:
+        """A fresh rollout replica in place of ``replica_rank``, weights re-synced."""
+        with self.lock:
+            start = time.time()
+            t = self.trainer
+            manager = t.llm_server_manager
+            old = manager.rollout_replicas[replica_rank]
+            balancer = manager.global_load_balancer
+            self.last_replace_s[replica_rank] = start
+            ray.get(balancer.remove_servers.remote([old.server_address]))
+            ray.get(self.monitor.retire.remote([f"rollout:{replica_rank}", f"rollout:{replica_rank}/engine"]))
+            for server in old.servers:
+                ray.kill(server, no_restart=True)
+            _wait_dead(old.servers)
+            print(f"rlweave resilience: replacing rollout replica {replica_rank} ({incident.worker} "
+                  f"{incident.kind.value})")
+            new = manager.rollout_replica_class(replica_rank=replica_rank, config=manager.rollout_config,
+                                                model_config=manager.model_config,
+                                                gpus_per_node=manager.rollout_config.n_gpus_per_node)
+            asyncio.run(new.init_hybrid(t.actor_rollout_wg))
+            manager.rollout_replicas[replica_rank] = new  # the checkpoint engine shares this list
+            manager.server_handles[replica_rank] = new.server_handle
+            manager.server_addresses[replica_rank] = new.server_address
+            t.actor_rollout_wg.rlweave_forget_rollout_server()
+            self.update_weights(max(t.global_steps - 1, 0))
+            ray.get(balancer.add_servers.remote({new.server_address: new.server_handle}))
+            self.count("recoveries")
+            self._done(incident, RecoveryAction(RecoveryKind.REPLACE, incident.detail), start)
+
+    def _done(self, incident: WorkerIncident, action: RecoveryAction, start: float) -> None:
+        status = ray.get(self.monitor.status.remote())
+        faults = [f["time_s"] for f in status["faults"] if f["time_s"] <= incident.detected_s]
+        record = RecoveryRecord(incident=incident, action=action, start_s=start, end_s=time.time(),
+                                fault_s=max(faults, default=0.0),
+                                steps_redone=int(action.kind is RecoveryKind.REBUILD),
+                                requests_resubmitted=status["counters"].get(RESUBMITTED, 0))
+        self.hook.rlweave_recovery_done(record=record)
+        self.step_figures[f"{action.kind.value}_s"] = record.end_s - record.start_s
+
+    # ------------------------------------------------------------------ figures
+
+    def count(self, key: str) -> None:
+        self.step_figures[key] = self.step_figures.get(key, 0.0) + 1
+
+    def metrics(self) -> dict[str, float]:
+        status = ray.get(self.monitor.status.remote())
+        figures, self.step_figures = self.step_figures, {}
+        figures["incidents"] = float(len(status["incidents"]))
+        figures[RESUBMITTED] = float(status["counters"].get(RESUBMITTED, 0))
+        return {f"{METRIC}/{k}": v for k, v in figures.items()}
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, sample: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """verl's replay-buffer sample (generation), watched: replicas are replaced while it
+        waits. After a trainer recovery, the step's batch sampled before is handed out again."""
+        if self.replay_next and self.replay is not None:
+            self.replay_next = False
+            return copy.deepcopy(self.replay)
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlweave-generate")
+        future = pool.submit(sample, *args, **kwargs)
+        try:
+            with self.section("generate"):
+                while True:
+                    try:
+                        result = future.result(timeout=POLL_S)
+                        break
+                    except concurrent.futures.TimeoutError:
+                        self.safe_point(in_generation=True)
+        finally:
+            pool.shutdown(wait=False)
+        self.replay = copy.deepcopy(result)
+        return result
+
+
+def _wait_dead(actors: list[Any], timeout_s: float = 60.0) -> None:
+    """Until Ray reports each actor dead (its placement-group bundle and its name are free)."""
+    deadline = time.monotonic() + timeout_s
+    for actor in actors:
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=5)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                break
+            time.sleep(0.1)
+
+
+def build_worker_groups(t: Any) -> None:
+    """verl's ``_setup`` steps 3-6 again: the colocated worker groups in the same resource
+    pools, their models initialised (verl 0.9's code, which builds them only once)."""
+    wg_kwargs = {"device_name": t.config.trainer.device}
+    all_wg = {}
+    for resource_pool, class_dict in t.resource_pool_to_cls.items():
+        if not class_dict:
+            continue
+        worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
+        wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=worker_dict_cls, **wg_kwargs)
+        all_wg.update(wg.spawn(prefix_set=class_dict.keys()))
+    if t.use_critic:
+        critic_cfg = omega_conf_to_dataclass(t.config.critic)
+        t.critic_wg = all_wg[str(Role.Critic)]
+        t.critic_wg.reset()
+        t.critic_wg.set_loss_fn(partial(value_loss, config=critic_cfg))
+    for role in (Role.Actor, Role.ActorRolloutRef, Role.ActorRollout):
+        if str(role) in all_wg:
+            actor_role = role
+            break
+    t.actor_rollout_wg = all_wg[str(actor_role)]
+    t.actor_rollout_wg.init_model()
+    if t.use_reference_policy and not t.ref_in_actor:
+        if actor_role == Role.Actor:
+            t.ref_policy_wg = all_wg[str(Role.RefPolicy)]
+            t.ref_policy_wg.init_model()
+        else:
+            t.ref_policy_wg = t.actor_rollout_wg
+    if t.ref_in_actor:
+        t.ref_policy_wg = t.actor_rollout_wg
+
+
+class _ResilientTrainer:
+    """Mixed in front of verl's ``sync`` trainer; see the module docstring."""
+
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        for role, cls in list(self.role_worker_mapping.items()):
+            inner = getattr(cls, "__ray_actor_class__", cls)
+            if inner is ActorRolloutRefWorker:
+                self.role_worker_mapping[role] = ray.remote(ResilientActorRolloutRefWorker)
+            elif inner is TrainingWorker:
+                self.role_worker_mapping[role] = ray.remote(ResilientTrainingWorker)
+
+    def _setup(self) -> None:
+        self._resilience = Resilience(self)
+        self._resilience.start()
+        super()._setup()
+        r = self._resilience
+        self.replay_buffer.sample = partial(r.generate, self.replay_buffer.sample)
+        update = r.update_weights = self.checkpoint_manager.update_weights
+        sleep = self.checkpoint_manager.sleep_replicas
+        self.checkpoint_manager.update_weights = partial(self._rlweave_guarded, update, "weight_sync")
+        self.checkpoint_manager.sleep_replicas = partial(self._rlweave_guarded, sleep, "sleep_replicas")
+
+    def get_llm_client(self) -> Any:
+        return self.llm_server_manager.get_client(client_cls=ResilientLLMServerClient,
+                                                  wait_s=self._resilience.settings.recovery_timeout_s)
+
+    def on_step_begin(self) -> None:
+        if self._resilience.sender is not None:
+            self._resilience.sender.set_step(self.global_steps)
+        super().on_step_begin()
+
+    def _rlweave_guarded(self, call: Callable[..., Any], section: str, *args: Any, **kwargs: Any) -> Any:
+        """A worker call outside a step's stages (weight sync, sleeping the replicas): pending
+        recoveries first, and a trainer failure recovered from the newest snapshot."""
+        r = self._resilience
+        while True:
+            try:
+                r.safe_point()
+                with r.section(section):
+                    return call(*args, **kwargs)
+            except Exception as error:
+                incident = r.worker_failure(error)
+                if incident is None:
+                    if r.pending_replace:
+                        continue  # a replica died under the call: replaced at the loop's safe point
+                    raise
+                r.rebuild(incident)
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
+        r = self._resilience
+        while True:
+            try:
+                batch = super()._step_once(metrics, timing_raw, sample_batch_size)
+                if self.global_steps % r.settings.snapshot_every == 0:
+                    with r.section("snapshot"):
+                        r.snapshot(self.global_steps)
+                break
+            except Exception as error:
+                incident = r.worker_failure(error)
+                if incident is None:
+                    raise
+                if r.snapshot_step < self.global_steps - 1:
+                    raise RuntimeError(f"rlweave resilience: {incident.worker} failed in step {self.global_steps}, "
+                                       f"but the newest snapshot is of step {r.snapshot_step} (snapshot_every="
+                                       f"{r.settings.snapshot_every}): the steps between cannot be redone") from error
+                r.rebuild(incident)
+                r.replay_next = True
+        r.step_figures.update(r.ledger(batch))
+        metrics.update(r.metrics())
+        return batch
+
+    def _submit_batch_to_rollout(self, batch: Any) -> int:
+        self._resilience.submitted_prompts(batch)
+        return super()._submit_batch_to_rollout(batch)
+
+    def _save_checkpoint(self) -> None:
+        r = self._resilience
+        if r.snapshot_step != self.global_steps:
+            r.snapshot(self.global_steps)
+        r.persist_async(self.global_steps)
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        self.checkpoint_callback.on_save(trainer=self, global_step=self.global_steps, checkpoint_dir=folder,
+                                         async_save=True)
+
+    def _load_checkpoint(self) -> None:
+        self.global_steps = 0
+        if not self._resilience.load_verified():
+            super()._load_checkpoint()
+
+    def _load_checkpoint_from_verl(self) -> None:
+        super()._load_checkpoint()
+
+    def fit(self, agent_loop_manager: Any) -> None:
+        try:
+            super().fit(agent_loop_manager)
+        finally:
+            self._resilience.close()
+
+
+def _guarded_stage(cls: type, name: str, stage: str) -> Callable[..., Any]:
+    original = getattr(cls, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        r = self._resilience
+        r.safe_point()
+        with r.section(stage):
+            return original(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def resilient(cls: type) -> type:
+    """``cls`` (verl's sync trainer) with :class:`_ResilientTrainer` in front (idempotent)."""
+    if issubclass(cls, _ResilientTrainer):
+        return cls
+    namespace: dict[str, Any] = {name: _guarded_stage(cls, name, stage.value)
+                                 for name, (stage, _) in STAGE_METHODS.items()}
+    namespace["__module__"] = __name__
+    return type(f"Resilient{cls.__name__}", (_ResilientTrainer, cls), namespace)

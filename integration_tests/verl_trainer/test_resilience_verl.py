@@ -1,0 +1,117 @@
+"""Resilience (MegaScale) in verl's real ``main_ppo``: faults injected into a run, each detected,
+recovered, and the run's samples and metrics those of a run without faults.
+
+Two verl runs (about five minutes of CI). The first trains four steps with two trainer ranks
+(so two rollout replicas) and four faults: the straggler (rank 1 three times slower from step
+2), at step 3 a rollout engine killed mid-generation and then trainer rank 1 SIGKILLed
+mid-update, at step 4 rank 0 SIGSTOPped mid-update (a hang). It persists checkpoints at steps 2
+and 4. The newest is then corrupted, and the second run resumes: it must skip it for step 2's,
+train steps 3 and 4 again without a fault, and produce the first run's metrics for them (the
+runs are deterministic: greedy samples and verl's deterministic FSDP), so the faulty steps
+trained the same prompts with the same samples as a run without faults. The second run is
+also the clean run that must raise no incident.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlweave.adapters.verl import checkpoints as ckpt
+from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.tracing import load_events
+
+DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
+                 "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
+                 "algorithm.adv_estimator=reinforce_plus_plus")
+FAULTS = ("slow:trainer:1@2x3;kill:rollout:0.engine@3.generate+0.2;kill:trainer:1@3.update_actor;"
+          "stop:trainer:0@4.update_actor")
+RESILIENCE = ("+rlweave.resilience.enable=true",)
+COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm",
+            "response_length/mean", "rlweave/resilience/prompts_digest", "rlweave/resilience/samples")
+SAMPLES_PER_STEP = 8
+M = "rlweave/resilience/"
+
+
+def incidents(run: VerlRun) -> list[dict]:
+    return [e["args"] for e in load_events(run.trace_dir) if e["name"] == "incident"]
+
+
+def spans(run: VerlRun, name: str) -> list[dict]:
+    return [e for e in load_events(run.trace_dir) if e["name"] == name and e["ph"] == "X"]
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory) -> VerlRun:
+    return run_verl("grpo", tmp_path_factory.mktemp("faulty"), steps=4, save_freq=2, ranks=2, timeout_s=1100,
+                    extra=DETERMINISTIC + RESILIENCE + (f"+rlweave.resilience.faults='{FAULTS}'",))
+
+
+@pytest.fixture(scope="module")
+def resumed(faulty, tmp_path_factory) -> VerlRun:
+    """The same job resumed after its newest checkpoint was corrupted (``rlweave chaos corrupt``)."""
+    from rlweave.adapters.verl.chaos import corrupt_newest
+
+    corrupt_newest(faulty.checkpoint_dir)
+    work = tmp_path_factory.mktemp("resumed")
+    return run_verl("grpo", work, steps=4, ranks=2, timeout_s=900,
+                    extra=DETERMINISTIC + RESILIENCE + (f"trainer.default_local_dir={faulty.checkpoint_dir}",))
+
+
+@pytest.mark.timeout(1200)
+def test_every_fault_is_detected_and_recovered_and_the_run_finishes(faulty):
+    assert faulty.returncode == 0, faulty.log[-6000:]
+    assert sorted(faulty.steps) == [1, 2, 3, 4]
+    seen = {(i["worker"], i["kind"], i["action"]) for i in incidents(faulty)}
+    assert ("rollout:0/engine", "dead", "replace") in seen, seen
+    assert ("trainer:1", "dead", "rebuild") in seen, seen
+    assert ("trainer:0", "hung", "kill") in seen, seen  # the stopped rank, localised as the culprit
+    [slow] = [i for i in incidents(faulty) if i["kind"] == "straggler"]
+    assert slow["worker"] == "trainer:1" and slow["score"] < 0.5 and slow["action"] == "report"
+
+    recoveries = spans(faulty, "recovery")
+    assert sorted(r["args"]["action"] for r in recoveries) == ["rebuild", "rebuild", "replace"]
+    detections = {r["args"]["worker"]: r for r in spans(faulty, "detection")}
+    crash = detections["trainer:1"]["dur"] / 1e6
+    hang = detections["trainer:0"]["dur"] / 1e6
+    # Bounds of the monitor's own rules, not of this machine's speed: a crash is seen within a few
+    # checks; a hang within the calibrated heartbeat timeout, not the uncalibrated 60 s.
+    assert crash < 5.0, crash
+    assert hang < 30.0, hang
+
+
+@pytest.mark.timeout(1200)
+def test_no_sample_is_lost_or_trained_twice(faulty):
+    for step, metrics in faulty.steps.items():
+        assert metrics[M + "samples"] == SAMPLES_PER_STEP, step
+        assert metrics[M + "lost_groups"] == 0 and metrics[M + "extra_groups"] == 0, step
+    # at most the step in flight redone, per trainer fault: one rebuild each
+    assert sum(m.get(M + "steps_redone", 0.0) for m in faulty.steps.values()) == 2
+
+
+@pytest.mark.timeout(1200)
+def test_checkpoints_are_persisted_in_verls_layout_for_its_own_resume(faulty):
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    latest = Path(find_latest_ckpt_path(str(faulty.checkpoint_dir)))
+    assert latest.name == "global_step_4"
+    manifest = ckpt.read_manifest(latest)
+    assert manifest is not None and ckpt.quick_problems(latest, manifest) == []
+    assert {"data.pt", "actor/model_world_size_2_rank_1.pt", "actor/optim_world_size_2_rank_0.pt"} <= set(manifest["files"])
+
+
+@pytest.mark.timeout(1200)
+def test_a_corrupt_checkpoint_is_skipped_and_the_faulty_steps_equal_a_clean_run(faulty, resumed):
+    assert resumed.returncode == 0, resumed.log[-6000:]
+    assert sorted(resumed.steps) == [3, 4]
+    assert "skipped checkpoint" in resumed.log and "resuming from step 2" in resumed.log
+    [choice] = [e["args"] for e in load_events(resumed.trace_dir) if e["name"] == "checkpoint_resume"]
+    assert choice["chosen"].endswith("global_step_2") and any(k.endswith("global_step_4") for k in choice["skipped"])
+    # No false positive: the clean run raised no incident.
+    assert incidents(resumed) == [] and resumed.steps[4][M + "incidents"] == 0
+    for step in (3, 4):
+        for key in COMPARED:
+            got, want = faulty.steps[step][key], resumed.steps[step][key]
+            assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-6), (step, key, got, want)

@@ -1,0 +1,142 @@
+"""The framework-free parts of resilience's adapters: heartbeats over UDP, verl's worker names,
+the two-stage checkpoint's files (persist, verify, stage, corrupt) and the heat-map."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rlweave.adapters import heartbeat
+from rlweave.adapters.verl import checkpoints as ckpt
+from rlweave.adapters.verl.resilience import worker_name
+from rlweave.plugins.resilience.heatmap import section_ratios, write_straggler_heatmap
+from rlweave.plugins.resilience.monitor import HealthMonitor
+from rlweave.types import Health, Heartbeat
+
+
+def receive_until(receiver: heartbeat.HeartbeatReceiver, wanted, timeout_s: float = 5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = receiver.receive()
+        if got is not None and wanted(got[0]):
+            return got
+    raise AssertionError("no such beat arrived")
+
+
+def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
+    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
+    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:1", 0.05)
+    try:
+        with sender.section("update_actor", step=3):
+            receive_until(receiver, lambda m: m["section"] == "update_actor")
+        message, origin = receive_until(receiver, lambda m: m["finished"])
+        [done] = message["finished"]
+        assert (message["worker"], done["section"], done["step"]) == ("trainer:1", "update_actor", 3)
+        assert done["duration_s"] > 0 and message["pid"] > 0
+        receiver.reply(origin, {"slow": 3.0})
+        deadline = time.monotonic() + 5
+        while sender.slow_factor != 3.0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sender.slow_factor == 3.0
+        with sender.activity("generate"), sender.activity("generate"):
+            receive_until(receiver, lambda m: m["section"] == "generate")
+        sender.count("requests_resubmitted", 2)
+        sender.report("rollout:0/engine", alive=False, detail="gone", pid=7)
+        message, _ = receive_until(receiver, lambda m: m["reports"] or m["counters"])
+        assert message["counters"] == {"requests_resubmitted": 2}
+        assert message["reports"][0]["worker"] == "rollout:0/engine"
+    finally:
+        sender.stop()
+        receiver.close()
+
+
+@pytest.mark.parametrize(("actor", "env", "expected"), [
+    ("a1b2c3WorkerDict_0:1", {"RANK": "1"}, "trainer:1"),
+    ("vllm_server_2_0", {}, "rollout:2"),
+    ("vllm_server_0_1", {}, "rollout:0/node1"),
+    ("agent_loop_worker_0_ab12cd34", {}, "agent_loop:0"),
+    ("reward_loop_worker_3", {}, "reward:3"),
+    ("TransferQueueController", {}, None),
+])
+def test_verl_actor_names_say_which_worker_a_process_is(actor, env, expected):
+    assert worker_name(actor, env) == expected
+
+
+def test_a_retired_worker_is_forgotten_and_a_new_pid_starts_afresh():
+    monitor = HealthMonitor()
+    monitor.observe(Heartbeat("trainer:0", 1.0, pid=10))
+    monitor.observe(Heartbeat("trainer:0", 1.5, pid=10, retired=True))
+    monitor.observe(Heartbeat("trainer:0", 1.6, pid=10, alive=False))  # its exit: no incident
+    assert monitor.check(100.0) == []
+    monitor.observe(Heartbeat("trainer:1", 2.0, pid=11))
+    monitor.observe(Heartbeat("trainer:1", 3.0, pid=12))  # rebuilt: a new process
+    monitor.observe(Heartbeat("trainer:1", 3.1, pid=11, alive=False))  # the old one's exit
+    assert monitor.check(3.2) == []
+    monitor.observe(Heartbeat("trainer:1", 3.3, pid=12, alive=False))
+    assert [i.kind for i in monitor.check(3.4)] == [Health.DEAD]
+
+
+def snapshot(folder: Path, ranks: int = 2) -> None:
+    for rank in range(ranks):
+        for kind in ("model", "optim", "extra_state"):
+            path = folder / "actor" / f"{kind}_world_size_{ranks}_rank_{rank}.pt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(bytes([rank]) * (1000 + rank))
+    (folder / "actor" / "huggingface").mkdir()
+    (folder / "actor" / "huggingface" / "config.json").write_text("{}")
+
+
+def persist(tmp_path: Path, step: int, keep: int | None = None) -> Path:
+    source, root = tmp_path / "shm" / f"global_step_{step}", tmp_path / "ckpt"
+    snapshot(source)
+    partial = root / f"global_step_{step}{ckpt.PARTIAL}"
+    host = ckpt.SnapshotHost()
+    files = {**host.persist(str(source), str(partial), [0]), **host.persist(str(source), str(partial), [1])}
+    return ckpt.finish_persist(root, step, files, b"dataloader", world_size=2, keep=keep)
+
+
+def test_stage_two_writes_verls_layout_atomically_with_a_manifest(tmp_path):
+    final = persist(tmp_path, 2)
+    root = tmp_path / "ckpt"
+    assert final == root / "global_step_2" and (root / ckpt.TRACKER).read_text() == "2"
+    assert not list(root.glob(f"*{ckpt.PARTIAL}"))
+    manifest = json.loads((final / ckpt.MANIFEST).read_text())
+    assert set(manifest["files"]) == {"data.pt", "actor/huggingface/config.json"} | {
+        f"actor/{k}_world_size_2_rank_{r}.pt" for k in ("model", "optim", "extra_state") for r in (0, 1)}
+    assert ckpt.quick_problems(final, manifest) == []
+    persist(tmp_path, 4, keep=1)
+    assert ckpt.persisted_steps(root) == [4] and (root / ckpt.TRACKER).read_text() == "4"
+
+
+@pytest.mark.parametrize(("how", "says"), [("flip", "checksum differs"), ("truncate", "cut short"),
+                                            ("delete", "missing")])
+def test_a_damaged_checkpoint_is_found_while_staging_it(tmp_path, how, says):
+    final = persist(tmp_path, 2)
+    assert how in ckpt.corrupt(final, how)
+    manifest = ckpt.read_manifest(final)
+    problems = ckpt.SnapshotHost().stage(str(final), str(tmp_path / "staged"), manifest["files"], None)
+    assert len(problems) == 1 and says in problems[0]
+    if how != "flip":  # size or presence: visible without reading
+        assert ckpt.quick_problems(final, manifest)
+
+
+def test_staging_a_good_checkpoint_copies_each_nodes_share(tmp_path):
+    final = persist(tmp_path, 2)
+    files = ckpt.read_manifest(final)["files"]
+    host = ckpt.SnapshotHost()
+    assert host.stage(str(final), str(tmp_path / "node1"), files, [1]) == []
+    copied = {str(p.relative_to(tmp_path / "node1")) for p in (tmp_path / "node1").rglob("*") if p.is_file()}
+    assert copied == {f"actor/{k}_world_size_2_rank_1.pt" for k in ("model", "optim", "extra_state")}
+
+
+def test_heatmap_shows_the_slow_rank(tmp_path):
+    events = [{"ph": "X", "name": "update_actor", "worker": f"trainer:{rank}", "dur": d * 1e6, "ts": 0,
+               "args": {"section": True, "step": step}}
+              for step in range(3) for rank, d in enumerate((0.2, 0.2, 0.6))]
+    workers, sections, ratios, _ = section_ratios(events)
+    assert workers == ["trainer:0", "trainer:1", "trainer:2"] and sections == ["update_actor"]
+    assert [round(r[0], 2) for r in ratios] == [1.0, 1.0, 3.0]
+    assert write_straggler_heatmap(events, tmp_path / "heat.png", "test").stat().st_size > 1000
