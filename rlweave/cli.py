@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from rlweave.environments import ensure_modules
+from rlweave.output import frameworks_log_to
 
 
 
@@ -53,28 +55,40 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
 
     random.seed(args.seed)
     np.random.seed(args.seed)
-    result = bench.run(args)
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = bench.plot(result, out_dir / f"{args.name}.png")
-    record = {"benchmark": args.name, "argv": argv, "regime": result.regime,
-              "headline": result.headline, "details": result.details, "png": str(png)}
-    (out_dir / f"{args.name}.json").write_text(json.dumps(record, indent=2))
-    if args.json:
-        print(json.dumps(result.headline))
-    else:
-        out = console()
-        out.print(table_of(f"rlweave bench {args.name}", result.rows))
-        out.print(f"regime: {result.regime}")
-        out.print(f"wrote {out_dir / (args.name + '.json')} and {png}")
+    log = out_dir / f"{args.name}.log"
+    with frameworks_log_to(log, stdout_is_data=args.json) as stdout:
+        print(f"[rlweave] frameworks' logs: {log}", file=sys.stderr)
+        try:
+            result = bench.run(args)
+        except Exception as error:  # one line here; the traceback goes to the log
+            traceback.print_exc()
+            print(f"rlweave bench {args.name} failed: {type(error).__name__}: {error} "
+                  f"(traceback in {log})", file=sys.stderr)
+            return 1
+        png = bench.plot(result, out_dir / f"{args.name}.png")
+        record = {"benchmark": args.name, "argv": argv, "regime": result.regime, "headline": result.headline,
+                  "details": result.details, "png": str(png), "log": str(log)}
+        (out_dir / f"{args.name}.json").write_text(json.dumps(record, indent=2))
+        if args.json:
+            print(json.dumps(result.headline), file=stdout)
+        else:
+            out = console()
+            out.print(table_of(f"rlweave bench {args.name}", result.rows))
+            out.print(f"regime: {result.regime}")
+            out.print(f"wrote {out_dir / (args.name + '.json')} and {png}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
     ensure_modules(("verl", "vllm"), ".venv-verl", argv)
-    from rlweave.demo import run_demo
+    from rlweave.benchmarks.demo import run_demo
 
-    return run_demo(Path(args.out))
+    out = Path(args.out)
+    with frameworks_log_to(out / "demo.log"):
+        ui = console()
+        ui.print(f"frameworks' logs: {out / 'demo.log'}")
+        return run_demo(ui, out)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

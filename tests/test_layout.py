@@ -1,4 +1,5 @@
-"""The house rules a test can check: plugins stay framework-free, every package ships."""
+"""The house rules a test can check: plugins stay framework-free, data flows one way (adapters
+import no plugin, the core no benchmark), every package ships."""
 
 from __future__ import annotations
 
@@ -16,14 +17,30 @@ MAPPING = {"rlweave": "rlweave", "rlweave.plugins": "plugins", "rlweave.adapters
            "rlweave.patches": "patches", "rlweave.benchmarks": "benchmarks"}
 
 
-def imported_roots(path: Path) -> set[str]:
-    roots = set()
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module an ``import`` statement in ``path`` names, at any depth."""
+    modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
+            modules |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            roots.add(node.module.split(".")[0])
-    return roots
+            modules.add(node.module)
+    return modules
+
+
+def imported_roots(path: Path) -> set[str]:
+    return {m.split(".")[0] for m in imported_modules(path)}
+
+
+def importers_of(folder: str, package: str, allowed: tuple[str, ...] = ()) -> dict[str, set[str]]:
+    """The files under ``folder`` (but ``allowed``) that import ``package`` or a module of it."""
+    found = {}
+    for path in (ROOT / folder).rglob("*.py"):
+        rel = str(path.relative_to(ROOT))
+        bad = {m for m in imported_modules(path) if m == package or m.startswith(package + ".")}
+        if bad and rel not in allowed:
+            found[rel] = bad
+    return found
 
 
 @pytest.mark.parametrize("folder", ["plugins", "rlweave"])
@@ -32,6 +49,15 @@ def test_plugins_and_core_never_import_a_framework(folder):
                  for p in (ROOT / folder).rglob("*.py")}
     offenders = {p: bad for p, bad in offenders.items() if bad and not p.endswith("tiny_models.py")}
     assert offenders == {}
+
+
+def test_adapters_never_import_a_plugin():
+    """An adapter asks the hook layer; it never reaches a plugin's module."""
+    assert importers_of("adapters", "rlweave.plugins") == {}
+
+
+def test_the_core_never_imports_a_benchmark_but_for_the_cli_command_table():
+    assert importers_of("rlweave", "rlweave.benchmarks", allowed=("rlweave/cli.py",)) == {}
 
 
 def package_folders() -> set[str]:
