@@ -162,14 +162,17 @@ def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, s
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
              extra: tuple[str, ...] = (), output_lens: list[int] | list[list[int]] | None = None,
              prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False,
-             cpu_sampler: CpuSampler | None = None) -> VerlRun:
+             cpu_sampler: CpuSampler | None = None, python: Path | None = None) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent).
-    ``cpu_sampler`` samples the run's process tree while it runs."""
+    ``cpu_sampler`` samples the run's process tree while it runs. ``python``: the interpreter of
+    the environment verl runs in (default: this one)."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
     cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
                        extra=extra, output_lens=output_lens, prompts=prompts, ranks=ranks)
+    if python is not None:
+        cmd[0] = str(python)
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:

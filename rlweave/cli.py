@@ -38,8 +38,12 @@ def table_of(title: str, rows: list[list[str]]) -> Table:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rlweave.doctor import report
 
+    tables = report(here_only=args.here)
+    if args.json:  # {title: [{column: value}]}
+        print(json.dumps({title: [dict(zip(rows[0], row)) for row in rows[1:]] for title, rows in tables}))
+        return 0
     out = console()
-    for title, rows in report(here_only=args.here):
+    for title, rows in tables:
         out.print(table_of(title, rows))
     return 0
 
@@ -167,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="frameworks, versions, entry points, which plugins work, patches")
     doctor.add_argument("--here", action="store_true",
                         help="this interpreter only, not every environment of the CPU rig")
+    doctor.add_argument("--json", action="store_true", help="print the tables as one JSON object")
     bench = sub.add_parser("bench", help="run one benchmark side by side with the framework default")
     bench_sub = bench.add_subparsers(dest="name", required=True)
     for b in BENCHMARKS.values():

@@ -249,8 +249,22 @@ PLUGIN_NOTES: dict[str, Callable[[Environment], str | None]] = {
 # ----------------------------------------------------------------------------- the tables
 
 
+def rlweave_install(env: Environment) -> tuple[str, str] | None:
+    """(version, how it is installed) of rlweave in ``env``: "editable <source>" or its folder."""
+    dist = next((d for d in env.distributions() if d.metadata["Name"] == "rlweave"), None)
+    if dist is None:
+        return None
+    url = json.loads(dist.read_text("direct_url.json") or "{}")
+    if url.get("dir_info", {}).get("editable"):
+        return dist.version, f"editable, from {url['url'].removeprefix('file://')}"
+    return dist.version, f"installed in {dist.locate_file('rlweave')}"
+
+
 def frameworks_table(envs: Sequence[Environment]) -> Rows:
     rows = [["framework", "environment", "version", "supported", "status", "loads rlweave via"]]
+    for env in envs:
+        if install := rlweave_install(env):
+            rows.append(["rlweave", env.name, install[0], "-", install[1], "-"])
     for name, fw in FRAMEWORKS.items():
         found = [(env.name, env.versions[name]) for env in envs if name in env.versions]
         if not found:

