@@ -112,6 +112,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    from rlweave.tracing import export
+
+    try:
+        chrome, png, lanes = export(Path(args.dir), Path(args.out or args.dir))
+    except FileNotFoundError as error:
+        print(f"rlweave trace: {error}", file=sys.stderr)
+        return 2
+    out = console()
+    out.print(table_of("busy share per worker (start-up cut)", [["worker", "busy", "busy s"]] + [
+        [lane.worker, f"{lane.busy_fraction:.0%}", f"{lane.busy_s:.2f}"] for lane in lanes]))
+    out.print(f"wrote {chrome} (open in ui.perfetto.dev) and {png}")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from rlweave.tiny_models import MODEL_NAMES, ensure_tiny_model
 
@@ -188,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
         "stream", help="StreamRL: generation and training instances per pool, and the predicted step"))
     demo = sub.add_parser("demo", help="the end-to-end showcase on CPU")
     demo.add_argument("--out", default="bench-results/demo")
+    trace = sub.add_parser("trace", help="a tracing plugin's folder as a Perfetto trace and a timeline PNG")
+    trace.add_argument("dir", help="the folder rlweave.tracing.dir named")
+    trace.add_argument("--out", help="where to write trace.json and timeline.png (default: the folder)")
     models = sub.add_parser("models", help="build the tiny random-weight models (cached)")
     models.add_argument("names", nargs="*")
     add_chaos_parser(sub)
@@ -207,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_plan(args)
     if args.command == "chaos":
         return cmd_chaos(args, argv)
+    if args.command == "trace":
+        return cmd_trace(args)
     return cmd_models(args)
 
 

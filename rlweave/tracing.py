@@ -287,3 +287,17 @@ def write_timeline_png(events: Sequence[dict[str, Any]], path: str | os.PathLike
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def export(directory: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, Path, list[LaneSummary]]:
+    """A trace folder as ``out/trace.json`` (Perfetto) and ``out/timeline.png``, and its lanes'
+    busy shares (start-up cut, as the PNG shows them)."""
+    events = load_events(directory)
+    if not events:
+        raise FileNotFoundError(f"no rlweave trace in {directory} (*.jsonl, written with "
+                                f"+rlweave.tracing.enable=true +rlweave.tracing.dir={directory})")
+    spans = [e for e in events if e["ph"] == "X"]
+    out = Path(out)
+    chrome = write_chrome_trace(events, out / "trace.json")
+    png = write_timeline_png(events, out / "timeline.png", f"rlweave trace: {Path(directory).name}")
+    return chrome, png, lane_summaries(spans, idle_gaps(spans))

@@ -95,3 +95,16 @@ def test_a_start_up_stretch_with_no_span_is_cut_from_the_timeline_and_the_busy_s
     assert cut == {"actor": 10 / 32, "rollout": 22 / 32}  # 32 s drawn: 2 s, then steps from 18 s to 48 s
     png = write_timeline_png(events, tmp_path / "timeline.png", "test")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rlweave_trace_exports_a_folder_and_names_the_fix_for_an_empty_one(tmp_path, capsys):
+    from rlweave.cli import main
+
+    tracer = Tracer()
+    tracer.configure(tmp_path / "t", process_name="driver")
+    tracer.record_span("generate", "rollout", 0.0, 2e6)
+    tracer.flush()
+    assert main(["trace", str(tmp_path / "t")]) == 0
+    assert (tmp_path / "t" / "trace.json").is_file() and (tmp_path / "t" / "timeline.png").is_file()
+    assert main(["trace", str(tmp_path / "empty")]) == 2
+    assert "+rlweave.tracing.enable=true" in capsys.readouterr().err
