@@ -77,7 +77,7 @@ def environments(here_only: bool = False) -> list[Environment]:
     found = []
     if not in_rig:
         versions = {n: v for n, fw in FRAMEWORKS.items() if (v := fw.find_version())}
-        found.append(Environment(f"{sys.prefix} (this interpreter)", None, versions))
+        found.append(Environment(f"{this.name} (this interpreter)", None, versions))
     for env in ENVIRONMENTS if rig is not None else ():
         if here_only and not (in_rig and env == this.name):
             continue
