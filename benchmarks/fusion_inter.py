@@ -47,6 +47,7 @@ from rlweave.benchmarks import BenchResult
 VERL, STREAM, FUSED = "verl sync", "rlweave stream, no migration", "rlweave fused (migration)"
 VERL_FREE, FUSED_FREE = "verl sync, uncontended", "rlweave fused, uncontended"
 INFERENCE_STAGES = ("gen", "reward", "old_log_prob", "ref", "values")
+INFERENCE_MICRO = 2  # samples per inference micro-batch, and so per dynamic batch of rlweave's trainer
 # label -> (verl_runs mode, trainer ranks, extra overrides, contended)
 RUNS: dict[str, tuple[str, int, tuple[str, ...], bool]] = {
     VERL: ("ppo_critic_ref", 2, (), True),
@@ -70,6 +71,10 @@ class Setup:
                 f"critic.ppo_mini_batch_size={self.minibatch}",
                 f"data.max_response_length={self.max_len}", f"actor_rollout_ref.rollout.max_model_len={self.max_len + 96}",
                 f"actor_rollout_ref.rollout.max_num_seqs={slots}",
+                # rlweave's trainer infers dynamic batches of this many samples (verl's two ranks
+                # take a share of the batch each: its own micro-batch sizes apply there)
+                f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={INFERENCE_MICRO}",
+                f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={INFERENCE_MICRO}",
                 "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_single_turn")
 
 

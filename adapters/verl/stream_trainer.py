@@ -30,6 +30,16 @@ per-call cost of verl's workers down; small ones when it is behind keep the trai
 
   Mini-batches are made in arrival order (groups stay whole), where verl's sync mode makes them
   in the order of its balanced batch.
+  Advantage estimators that normalise over the whole batch (GAE, REINFORCE++, ReMax) keep
+  their meaning: their advantages wait for the batch's last sample, and so do the updates. The
+  dynamic batches are then the fewest samples the inference micro-batches take, so that each
+  sample's inference (reward, old and reference log-probs, values) starts soon after it
+  finishes; verl's balance, the advantages and the updates run once over the whole batch.
+- Long-tail migration (RLHFuse, on-policy): a plugin that answers ``rlweave_migration_plan``
+  at a step's start names a threshold and instances; when at most that many samples are still
+  generating, :class:`~rlweave.adapters.verl.tail_migration.TailMigration` moves the sources'
+  requests to the destinations through verl's partial rollout, so that the devices they leave
+  run the inference alone.
 - ``async``: the next ``max_staleness`` batches are in flight while a step trains, so the engine
   never waits for the trainer. At the step's end requests in flight are paused (verl's partial
   rollout), weights are pushed, and generation resumes. A group whose generation started more
@@ -251,7 +261,7 @@ class RlweaveStreamTrainer(PPOTrainer):
         # rollout instances (True) and beside one (False); 0 where none was measured.
         self._inference_s_per_sample = {True: 0.0, False: 0.0}
         self._prompt_len = 0  # mean prompt tokens of the previous step
-        self._dp_size: int | None = None  # the actor's data-parallel ranks (asked once)
+        self._prepare_unit: int | None = None  # groups per dynamic batch when the updates wait
         waits = _why_updates_wait(self.config)
         self._stream_updates = waits is None
         if waits:
@@ -500,14 +510,32 @@ class RlweaveStreamTrainer(PPOTrainer):
 
     def _take_unit(self, streamed_updates: bool) -> int:
         """Groups per dynamic batch unit: a PPO mini-batch where its optimizer step streams;
-        else the fewest groups the data-parallel ranks split evenly (verl's balance and the
-        updates then run once over the whole batch), so each sample is inferred soon after it
-        finishes."""
+        else the fewest groups that split evenly into the data-parallel ranks' inference
+        micro-batches (verl's balance and the updates then run once over the whole batch), so
+        each sample is inferred soon after it finishes."""
         if streamed_updates:
             return self._minibatch
-        if self._dp_size is None:
-            self._dp_size = max(self.actor_rollout_wg._query_dispatch_info("actor")) + 1
-        return self._dp_size // math.gcd(self._dp_size, self._group)
+        if self._prepare_unit is None:
+            dp = max(self.actor_rollout_wg._query_dispatch_info("actor")) + 1
+            samples = dp * math.lcm(*self._inference_micro_batches())
+            self._prepare_unit = math.lcm(samples, self._group) // self._group
+            if self._per_step % self._prepare_unit:
+                raise ValueError(f"rlweave stream: the {self._per_step} groups of a step do not split into dynamic "
+                                 f"batches of {self._prepare_unit} groups ({samples} samples: {dp} data-parallel "
+                                 f"ranks x the inference micro-batch sizes {self._inference_micro_batches()}); "
+                                 f"choose micro-batch sizes that divide data.train_batch_size x rollout.n / {dp}")
+        return self._prepare_unit
+
+    def _inference_micro_batches(self) -> list[int]:
+        """Samples per micro-batch of the inference calls verl splits by count (the old and the
+        reference log-probs; those with a token budget, ``use_dynamic_bsz``, split freely)."""
+        ref = self.config.actor_rollout_ref
+        sizes = []
+        if not _bypass_mode(self.config) and not ref.actor.get("use_dynamic_bsz", False):
+            sizes.append(ref.rollout.log_prob_micro_batch_size_per_gpu)
+        if self.use_reference_policy and not ref.ref.get("log_prob_use_dynamic_bsz", False):
+            sizes.append(ref.ref.log_prob_micro_batch_size_per_gpu)
+        return [int(n) for n in sizes if n] or [1]
 
     def _plan_migration(self, metrics: dict) -> None:
         """Ask the plugins whether this step's tail migrates (``rlweave_migration_plan``), and

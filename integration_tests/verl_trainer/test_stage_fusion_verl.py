@@ -26,6 +26,9 @@ COMMON = (f"data.train_batch_size={SAMPLES}", "actor_rollout_ref.rollout.n=1",
           # samples arrive in, so the two runs' steps are comparable to float tolerance.
           f"actor_rollout_ref.actor.ppo_mini_batch_size={SAMPLES}", f"critic.ppo_mini_batch_size={SAMPLES}",
           "actor_rollout_ref.rollout.top_k=1", "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
+          # Inference one sample at a time, so that the fused run infers each as it finishes.
+          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
           "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_single_turn")
 LENGTHS = [24] * 16  # equal lengths: every sample is still generating when the first one ends
 MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 1}",)

@@ -1,0 +1,46 @@
+"""rlweave's resuming client on verl's own ``LLMServerClient``: a request its replica aborts (a
+migration, or a weight push) is resubmitted at once with the tokens it has and the rest of its
+budget, and the agent loop sees one output, as if nothing had happened. verl's server call is
+replaced by a scripted replica (no Ray, no engine: the verl_trainer group runs the real thing)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
+
+from rlweave.adapters.verl.tail_migration import ResumingLLMServerClient
+
+
+def test_an_aborted_request_resumes_with_its_tokens_and_the_rest_of_its_budget(monkeypatch):
+    calls = []
+    script = [TokenOutput(token_ids=[5, 6], log_probs=[-0.5, -0.6], stop_reason="aborted",
+                          extra_fields={"global_steps": 3, "min_global_steps": 3}),
+              TokenOutput(token_ids=[7], log_probs=[-0.7], stop_reason="aborted", extra_fields={"global_steps": 3}),
+              TokenOutput(token_ids=[8, 9], log_probs=[-0.8, -0.9], stop_reason="length",
+                          extra_fields={"global_steps": 3, "min_global_steps": 3})]
+
+    async def replica(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        calls.append((request_id, list(prompt_ids), dict(sampling_params)))
+        return script[len(calls) - 1]
+
+    monkeypatch.setattr(LLMServerClient, "generate", replica)
+    client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)  # the server call is all it uses
+    out = asyncio.run(client.generate("r1", prompt_ids=[1, 2], sampling_params={"max_tokens": 5, "top_k": 1}))
+    assert [c[1] for c in calls] == [[1, 2], [1, 2, 5, 6], [1, 2, 5, 6, 7]]  # prompt + what it has
+    assert [c[2]["max_tokens"] for c in calls] == [5, 3, 2] and {c[0] for c in calls} == {"r1"}
+    assert out.token_ids == [5, 6, 7, 8, 9] and out.log_probs == pytest.approx([-0.5, -0.6, -0.7, -0.8, -0.9])
+    assert out.stop_reason == "length" and out.extra_fields["rlweave_resumed"] == 2
+    assert out.extra_fields["min_global_steps"] == 3
+
+
+def test_a_request_aborted_at_its_budget_stops_there(monkeypatch):
+    async def replica(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        return TokenOutput(token_ids=[4, 4], log_probs=None, stop_reason="abort", extra_fields={})
+
+    monkeypatch.setattr(LLMServerClient, "generate", replica)
+    client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)
+    out = asyncio.run(client.generate("r2", prompt_ids=[1], sampling_params={"max_tokens": 2}))
+    assert out.token_ids == [4, 4] and out.stop_reason == "length" and out.log_probs is None
