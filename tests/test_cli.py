@@ -29,3 +29,49 @@ def test_unknown_benchmark_is_rejected(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+FAKE_BENCH = '''
+import logging, subprocess, sys
+from pathlib import Path
+from rlweave.benchmarks import BenchResult
+
+def add_arguments(parser):
+    pass
+
+def run(args):
+    print("run 1/1 ...")
+    logging.getLogger("vllm").warning("an engine's WARNING line")
+    subprocess.run([sys.executable, "-c", "print('engine core says hi')"], check=True)
+    return BenchResult({"ratio": 2.0}, [["policy", "ratio"], ["rlweave", "2.0"]], "test regime")
+
+def plot(result, path):
+    Path(path).write_bytes(b"png")
+    return Path(path)
+'''
+
+
+def test_bench_output_is_progress_and_table_with_the_frameworks_logs_in_a_file(tmp_path):
+    """What `rlweave bench` prints for a person, and what goes to bench-results/<name>.log."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "fake_bench.py").write_text(FAKE_BENCH)
+    driver = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+              "from rlweave.benchmarks import BENCHMARKS, Benchmark\n"
+              "BENCHMARKS['fake'] = Benchmark('fake', 'fake_bench', ('numpy',), '.venv', 'a test')\n"
+              "from rlweave.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", driver, "bench", "fake", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert "run 1/1 ..." in done.stdout and "rlweave bench fake" in done.stdout
+    assert "WARNING" not in done.stdout + done.stderr and "engine core" not in done.stdout + done.stderr
+    log = (out / "fake.log").read_text()
+    assert "an engine's WARNING line" in log and "engine core says hi" in log
+    assert json.loads((out / "fake.json").read_text())["log"] == str(out / "fake.log")
+    done = subprocess.run([sys.executable, "-c", driver, "bench", "fake", "--out", str(out), "--json"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == {"ratio": 2.0}  # stdout is the JSON alone
+    assert "run 1/1 ..." in done.stderr
