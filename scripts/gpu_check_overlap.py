@@ -329,7 +329,7 @@ def main() -> int:
         DEVICE, DTYPE, rt = "cuda", torch.bfloat16, CudaRuntime(torch)
         shapes = {"ag": (12288, 6144), "rs": (6144, 12288)}
     from rlweave.adapters.megatron.overlap import tile_kernels as tk
-    from rlweave.plugins.overlap.model import DeviceProfile, Shape, predict, split_gemm_penalty
+    from rlweave.plugins.overlap.model import DeviceProfile, Shape, predict, split_gemm_penalty, wave_fill
     from rlweave.plugins.overlap.profiles import dump
 
     CONFIG = tk.launch_config(not DRY)
@@ -416,21 +416,23 @@ def main() -> int:
                   f"{min(row['decomposed_s'].values()) * 1e3:.3f}, tile {min(row['tile_s'].values()) * 1e3:.3f} "
                   f"({time.time() - t0:.1f} s)", flush=True)
 
-    # The profile the model reads, measured in this run: t = a + b m over every GEMM timed (both
-    # ops have the same n k), so gemm_flops = 2 n k / b and half_rows = (a - launch) / b.
+    # The profile the model reads, measured in this run: the GEMM rate from every timed GEMM of
+    # 1024 rows or more, each divided by its last wave's fill (both ops have the same n k).
     (k0, n0) = shapes["ag"]
-    samples = [s for group in gemm_samples.values() for s in group]
-    intercept, slope = fit_line([mm for mm, _ in samples], [t for _, t in samples])
+    sms = 0 if DRY else torch.cuda.get_device_properties(0).multi_processor_count
     launch = 5e-6
     link_bps = 1 / link_per_byte if link_per_byte > 0 else 1e12
+    base = DeviceProfile("fit", "", 1.0, 0.0, launch, link_bps, 0.0, link_bps, native_bps, sm_count=sms)
+    samples = [s for group in gemm_samples.values() for s in group]
+    rates = [2 * mm * n0 * k0 / (max(t - launch, 1e-9) * wave_fill(base, mm, n0)) for mm, t in samples
+             if mm >= min(1024, max(x for x, _ in samples))]
     profile = DeviceProfile(
         "h200-measured" if not DRY else "cpu-dry-run",
         f"scripts/gpu_check_overlap.py {datetime.date.today()} (copy engine x{repeat} per copy)",
-        gemm_flops=2 * n0 * k0 / slope if slope > 0 else 1e12,
-        gemm_half_rows=max(0.0, (intercept - launch) / slope) if slope > 0 else 0.0, launch_s=launch,
+        gemm_flops=statistics.median(rates), gemm_half_rows=0.0, launch_s=launch,
         link_bps=link_bps, link_latency_s=max(link_lat, 0.0), collective_bps=link_bps, memory_bps=native_bps,
         overlap_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
-        tile_efficiency=min(1.0, statistics.fmean(tile_eff)), min_chunk_rows=CONFIG["BM"])
+        tile_efficiency=min(1.0, statistics.fmean(tile_eff)), min_chunk_rows=CONFIG["BM"], sm_count=sms)
     for row in rows:
         s = Shape(row["op"], row["m"], row["n"], row["k"], TP)
         ect_seq = row["serial_s"] - row["gemm_nonsplit_s"]

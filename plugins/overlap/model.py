@@ -24,9 +24,10 @@ METHODS = ("sequential", "decomposed", "tile")
 class DeviceProfile:
     """What the model needs to know about a device and its links.
 
-    A GEMM of ``m`` rows takes ``launch_s + 2 m n k (1 + gemm_half_rows / m) / gemm_flops``: an
-    unsplit GEMM approaches ``gemm_flops``; a piece of fewer rows under-fills the device (the
-    split-GEMM penalty). A transfer of ``B`` bytes takes ``link_latency_s + B / link_bps`` on
+    A GEMM of ``m`` rows takes ``launch_s + 2 m n k (1 + gemm_half_rows / m) / (gemm_flops e)``:
+    on a GPU (``sm_count`` > 0) ``e`` is the last wave's fill, ``tiles / (waves * sm_count)`` with
+    ``gemm_tile``-square output tiles, so a piece of fewer rows under-fills the device (the
+    split-GEMM penalty); on a CPU ``e`` is 1 and ``gemm_half_rows`` alone models small pieces. A transfer of ``B`` bytes takes ``link_latency_s + B / link_bps`` on
     the link one rank receives on; the library's collective (the sequential baseline) moves
     ``(tp-1)/tp`` of the gathered or reduced tensor at ``collective_bps``. ``memory_bps``: local
     adds. ``overlap_slowdown``: how much slower a GEMM runs while transfers run beside it (they
@@ -47,6 +48,8 @@ class DeviceProfile:
     overlap_slowdown: float = 0.0
     tile_efficiency: float = 1.0
     min_chunk_rows: int = 1
+    sm_count: int = 0
+    gemm_tile: int = 128
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,18 @@ class Prediction:
         return 1.0 - self.ect_s / base if base > 0 else 0.0
 
 
+def wave_fill(p: DeviceProfile, m: int, n: int) -> float:
+    """The share of the device's multiprocessors a GEMM's output tiles keep busy (1 on CPU)."""
+    if p.sm_count <= 0:
+        return 1.0
+    tiles = -(-m // p.gemm_tile) * -(-n // p.gemm_tile)
+    return tiles / (-(-tiles // p.sm_count) * p.sm_count)
+
+
 def gemm_s(p: DeviceProfile, m: int, n: int, k: int) -> float:
     if m <= 0:
         return 0.0
-    return p.launch_s + 2.0 * m * n * k * (1.0 + p.gemm_half_rows / m) / p.gemm_flops
+    return p.launch_s + 2.0 * m * n * k * (1.0 + p.gemm_half_rows / m) / (p.gemm_flops * wave_fill(p, m, n))
 
 
 def transfer_s(p: DeviceProfile, nbytes: float) -> float:

@@ -20,18 +20,18 @@ _ESTIMATE = "estimate (datasheet link, GEMM rate from one PyTorch run); measure 
 BUILTIN: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
-        DeviceProfile("h200-nvlink", _ESTIMATE, gemm_flops=788e12, gemm_half_rows=256, launch_s=5e-6,
+        DeviceProfile("h200-nvlink", _ESTIMATE, gemm_flops=788e12, gemm_half_rows=16, launch_s=5e-6,
                       link_bps=450e9, link_latency_s=10e-6, collective_bps=360e9, memory_bps=4.0e12,
-                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128),
-        DeviceProfile("h100-nvlink", _ESTIMATE, gemm_flops=750e12, gemm_half_rows=256, launch_s=5e-6,
+                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128, sm_count=132),
+        DeviceProfile("h100-nvlink", _ESTIMATE, gemm_flops=750e12, gemm_half_rows=16, launch_s=5e-6,
                       link_bps=450e9, link_latency_s=10e-6, collective_bps=360e9, memory_bps=3.0e12,
-                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128),
-        DeviceProfile("a100-nvlink", _ESTIMATE, gemm_flops=280e12, gemm_half_rows=256, launch_s=5e-6,
+                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128, sm_count=132),
+        DeviceProfile("a100-nvlink", _ESTIMATE, gemm_flops=280e12, gemm_half_rows=16, launch_s=5e-6,
                       link_bps=300e9, link_latency_s=10e-6, collective_bps=240e9, memory_bps=1.8e12,
-                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128),
-        DeviceProfile("a100-pcie", _ESTIMATE, gemm_flops=280e12, gemm_half_rows=256, launch_s=5e-6,
+                      overlap_slowdown=0.05, tile_efficiency=0.9, min_chunk_rows=128, sm_count=108),
+        DeviceProfile("a100-pcie", _ESTIMATE, gemm_flops=280e12, gemm_half_rows=16, launch_s=5e-6,
                       link_bps=24e9, link_latency_s=15e-6, collective_bps=20e9, memory_bps=1.8e12,
-                      overlap_slowdown=0.02, tile_efficiency=0.9, min_chunk_rows=128),
+                      overlap_slowdown=0.02, tile_efficiency=0.9, min_chunk_rows=128, sm_count=108),
         # Measured by `rlweave bench overlap` on the 2-core CPU machine (gloo over loopback).
         DeviceProfile("cpu-gloo", "rlweave bench overlap on the 2-core dev machine (gloo loopback)",
                       gemm_flops=60e9, gemm_half_rows=8, launch_s=20e-6, link_bps=1.5e9,
