@@ -63,7 +63,10 @@ def test_env_source_is_named():
         build_config(settings_from_env({"RLWEAVE__TRACING__ENABLE": "yes please"}))
 
 
-def test_enabling_a_plugin_that_is_not_built_yet_is_an_error_not_a_no_op():
+def test_enabling_a_plugin_that_is_not_built_yet_is_an_error_not_a_no_op(monkeypatch):
+    from rlweave.config import OverlapConfig
+
+    monkeypatch.setattr(OverlapConfig, "available", False)  # every plugin has landed: pretend one has not
     with pytest.raises(ConfigError, match="rlweave.overlap .*not available.*available plugins: tracing"):
         build_config(settings_from_overrides(["+rlweave.overlap.enable=true"]))
 
