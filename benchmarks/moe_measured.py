@@ -4,9 +4,9 @@ EP=2 (two CPU processes, one core and one thread each), on a skewed replayed rou
 In the same processes, on the same tokens and the same logical weights, each training step
 (all of its micro-batches, forward+backward) runs through
 - Megatron's own ``MoELayer`` (static contiguous placement), and
-- rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step, then per
-  micro-batch ``prepare_microbatch`` and replicas; planning, copies and gradient reductions are
-  all included in its time),
+- rlweave's ``ReplayBalancedMoELayer`` (``rebalance_step`` before the step: moves and step
+  replicas; then per micro-batch ``prepare_microbatch`` and micro-batch replicas; planning,
+  copies and gradient reductions are all included in its time),
 alternating which goes first. A step's time is the slower rank's wall time; beside it, the
 busiest rank's CPU time, which other processes on a shared machine disturb less. The lower
 bound is Megatron's layer on a uniformly random routing of the same size (as balanced as
@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-EXPERTS, TOP_K, EP = 8, 2, 2
+EP = 2
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -38,13 +38,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4, help="timed steps (after one warm-up)")
     parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--ffn", type=int, default=2048)
+    parser.add_argument("--experts", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=2)
+    parser.add_argument("--ffn", type=int, help="expert FFN width (default 4096 / top-k: a token's expert "
+                                                "compute stays that of top-2 at 2048)")
     parser.add_argument("--zipf", type=float, default=1.2)
-    parser.add_argument("--slots-per-rank", type=int, default=6)
+    parser.add_argument("--slots-per-rank", type=int, help="default: the rank's experts plus 2 spare")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dispatcher", choices=("alltoall", "allgather"), default="alltoall")
-    parser.add_argument("--trace", help="replay this .npz trace's routing (8 experts, top-2) instead of Zipf")
-    return parser.parse_args(argv)
+    parser.add_argument("--trace", help="replay this .npz trace's routing (--experts, --top-k its own) instead of Zipf")
+    opts = parser.parse_args(argv)
+    opts.ffn = opts.ffn or 4096 // opts.top_k
+    opts.slots_per_rank = opts.slots_per_rank or opts.experts // EP + 2
+    return opts
 
 
 def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarray:
@@ -56,15 +62,15 @@ def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarra
 
     if skewed and opts.trace:
         ids = np.load(opts.trace)["topk_ids"]
-        if ids.shape[2] != TOP_K or ids.max() >= EXPERTS:
-            raise SystemExit(f"rlweave: the measured part replays {EXPERTS} experts top-{TOP_K}; {opts.trace} has "
-                             f"top-{ids.shape[2]} over {int(ids.max()) + 1}")
+        if ids.shape[2] != opts.top_k or ids.max() >= opts.experts:
+            raise SystemExit(f"rlweave: --experts {opts.experts} --top-k {opts.top_k} do not describe {opts.trace} "
+                             f"(top-{ids.shape[2]} over {int(ids.max()) + 1} experts)")
         want = opts.micro_batches * opts.tokens
         return np.take(ids[:, step % ids.shape[1]], np.arange(step * want, (step + 1) * want), axis=0, mode="wrap")
     rng = np.random.default_rng([opts.seed, step])
     trace_args = argparse.Namespace(micro_batches=opts.micro_batches, tokens=opts.tokens, layers=1,
-                                    experts=EXPERTS, zipf=opts.zipf if skewed else 0.0, scenario="shifting")
-    return synthetic_trace(rng, trace_args, TOP_K)[0][:, 0]
+                                    experts=opts.experts, zipf=opts.zipf if skewed else 0.0, scenario="shifting")
+    return synthetic_trace(rng, trace_args, opts.top_k)[0][:, 0]
 
 
 def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
@@ -85,16 +91,17 @@ def rank_main(rank: int, opts: argparse.Namespace, port: int) -> None:
     from rlweave.adapters.megatron import layer_spec, moe_submodules
     from rlweave.adapters.megatron.balanced_moe import prepare_microbatch, rebalance_step
 
-    config = moe_config(EXPERTS, TOP_K, opts.hidden, opts.ffn, EP, moe_token_dispatcher_type=opts.dispatcher)
-    static = MoELayer(config, submodules=moe_submodules(EXPERTS))
-    ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
+    config = moe_config(opts.experts, opts.top_k, opts.hidden, opts.ffn, EP, moe_token_dispatcher_type=opts.dispatcher)
+    static = MoELayer(config, submodules=moe_submodules(opts.experts))
+    ours = layer_spec(num_experts=opts.experts).submodules.mlp(config=config)
     with torch.no_grad():
         ours.router.weight.copy_(static.router.weight)
     # Megatron's layer holds this rank's experts; gather all of them as the logical weights.
     mine = [[p.detach() for p in e.parameters()] for e in static.experts.local_experts]
     everyone: list = [None] * EP
     dist.all_gather_object(everyone, mine)
-    ours.load_logical_expert_state({e: everyone[e // (EXPERTS // EP)][e % (EXPERTS // EP)] for e in range(EXPERTS)})
+    per_rank = opts.experts // EP
+    ours.load_logical_expert_state({e: everyone[e // per_rank][e % per_rank] for e in range(opts.experts)})
 
     tokens_seen: list[int] = []
     for layer in (static, ours):

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlweave.plugins.replay_balance.baselines import eplb_placement, static_placement
-from rlweave.plugins.replay_balance.bound import max_load_bound
-from rlweave.plugins.replay_balance.loads import expert_loads, imbalance, rank_loads
+from rlweave.benchmarks.moe_baselines import eplb_placement, imbalance, rank_loads, reorder_only, static_placement
+from rlweave.benchmarks.moe_bound import max_load_bound
+from rlweave.plugins.replay_balance.loads import expert_loads
 from rlweave.plugins.replay_balance.planner import (
     CostModel,
     PlanError,
@@ -14,7 +14,6 @@ from rlweave.plugins.replay_balance.planner import (
     home_layout,
     home_of,
     pinned_eplb,
-    plan_reorder,
     plan_replication,
     plan_step,
     static_home,
@@ -76,7 +75,7 @@ def test_reorder_improves_the_step_objective_and_keeps_capacity():
     topo = ExpertTopology(64, 8, 8, slots_per_rank=1)
     step = skewed_loads(rng, 8, 64)
     current = static_home(topo)
-    home = plan_reorder(step, topo, current, FREE_MOVES)
+    home = reorder_only(step, topo, current, FREE_MOVES)
     assert np.bincount(home, minlength=64).tolist() == [1] * 64
     assert sorted(home.tolist()) == list(range(64))
     obj = lambda h: sum(np.bincount(h, weights=row, minlength=64).max() for row in step)  # noqa: E731
@@ -89,7 +88,7 @@ def test_reorder_is_kept_only_when_it_pays():
     step = skewed_loads(rng, 4, 16, tokens=64)
     current = static_home(topo)
     expensive = CostModel(token_s=1e-9, expert_bytes=1e12)
-    assert np.array_equal(plan_reorder(step, topo, current, expensive), current)
+    assert np.array_equal(reorder_only(step, topo, current, expensive), current)
 
 
 def test_impossible_plan_is_a_clear_error():
@@ -156,6 +155,11 @@ def test_step_plan_gives_valid_placements(nodes, rpn, experts, spare):
         np.testing.assert_array_equal(p2l[kept], plan.layout[kept])
         for row in p2l.reshape(topo.num_ranks, -1):
             assert len(set(row[row >= 0].tolist())) == len(row[row >= 0])  # no expert twice on a rank
+    # The micro-batch tier the step plan was scored with is the one the micro-batch hook runs.
+    for m, (p2l, share) in enumerate(zip(plan.physical_to_logical, plan.token_share, strict=True)):
+        again, again_share = plan_replication(load[m], plan.layout, topo)
+        np.testing.assert_array_equal(again, p2l)
+        np.testing.assert_array_equal(again_share, share)
 
 
 @pytest.mark.parametrize("scenario", ["shifting", "step-skew"])
@@ -166,16 +170,19 @@ def test_rlweave_is_never_modelled_slower_than_eplb_oracle(scenario, experts, ep
     modelled step is never slower, on seeded traces of both synthetic scenarios."""
     import argparse
 
-    from rlweave.benchmarks.moe import score_layer, synthetic_trace
+    from rlweave.benchmarks.moe import plan_through_hooks, score_layer, synthetic_trace
 
     for seed, zipf, tokens in ((0, 1.2, 512), (1, 0.8, 4096), (2, 1.2, 4096)):
         args = argparse.Namespace(micro_batches=4, tokens=tokens, layers=1, experts=experts, zipf=zipf,
-                                  scenario=scenario)
+                                  scenario=scenario, spare_slots=spare, ranks_per_node=rpn,
+                                  expert_bytes=int(CostModel().expert_bytes))
         rng = np.random.default_rng(seed)
         history = expert_loads(*synthetic_trace(rng, args), experts)[:, 0].sum(axis=0)
-        load = expert_loads(*synthetic_trace(rng, args), experts)[:, 0]
-        topo = ExpertTopology(experts, max(1, ep // rpn), min(ep, rpn), experts // ep + spare)
-        scores = score_layer(load, history, topo, CostModel())
+        ids, offsets = synthetic_trace(rng, args)
+        plan = plan_through_hooks(ids, offsets, experts, ep, args)
+        assert plan.topology == ExpertTopology(experts, max(1, ep // rpn), min(ep, rpn), experts // ep + spare,
+                                               args.expert_bytes)
+        scores = score_layer(expert_loads(ids, offsets, experts)[:, 0], history, plan, 0, CostModel())
         assert scores["rlweave"]["step_s"] <= scores["eplb_oracle"]["step_s"] * (1 + 1e-9)
         assert scores["rlweave"]["step_s"] <= scores["static"]["step_s"] * (1 + 1e-9)
         rlweave = scores["rlweave"]

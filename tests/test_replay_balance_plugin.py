@@ -29,7 +29,7 @@ def topology_of(host, experts=8, ep=2, expert_bytes=0):
 
 def test_topology_defaults_to_one_spare_slot_and_whole_nodes(enabled):
     host = enabled()
-    assert host.implements("rlweave_expert_placement")
+    assert host.implements("rlweave_expert_step_placement") and host.implements("rlweave_expert_microbatch_placement")
     assert topology_of(host) == ExpertTopology(8, 1, 2, 5)
     assert topology_of(enabled(ranks_per_node=4, slots_per_rank=3), experts=16, ep=8) == ExpertTopology(16, 2, 4, 3)
 
@@ -62,8 +62,8 @@ def test_microbatch_placement_keeps_owners_and_replicates_into_spare_slots(enabl
     host = enabled()
     topology = topology_of(host, expert_bytes=16_384)
     current = static_current(topology)
-    placement = host.hook.rlweave_expert_placement(trace=skewed_trace(np.random.default_rng(0), 512),
-                                                   topology=topology, current=current, timescale="microbatch")
+    placement = host.hook.rlweave_expert_microbatch_placement(trace=skewed_trace(np.random.default_rng(0), 512),
+                                                              topology=topology, current=current)
     p2l, share = placement.physical_to_logical[0], placement.token_share[0]
     homes = np.r_[0:4, 5:9]
     np.testing.assert_array_equal(p2l[homes], current.physical_to_logical[0][homes])
@@ -71,21 +71,49 @@ def test_microbatch_placement_keeps_owners_and_replicates_into_spare_slots(enabl
     np.testing.assert_allclose(np.bincount(p2l[p2l >= 0], weights=share[p2l >= 0], minlength=8), 1.0)
 
 
-def test_step_placement_moves_owners_and_leaves_spare_slots_empty(enabled):
-    host = enabled(ranks_per_node=1)  # two nodes of one rank: no in-node replicas, only moves help
+def test_microbatch_placement_keeps_the_steps_replicas(enabled):
+    host = enabled(ranks_per_node=4, slots_per_rank=3)  # 4 ranks x (2 homes + 1 spare)
+    topology = topology_of(host, ep=4, expert_bytes=16_384)
+    layout = np.array([0, 1, -1, 2, 3, 0, 4, 5, -1, 6, 7, -1])  # a step replica of expert 0 on rank 1
+    share = np.where(layout >= 0, 1.0, 0.0)
+    share[[0, 5]] = 0.5
+    current = ExpertPlacement(layout[None], share[None])
+    placement = host.hook.rlweave_expert_microbatch_placement(trace=skewed_trace(np.random.default_rng(2), 512),
+                                                              topology=topology, current=current)
+    p2l = placement.physical_to_logical[0]
+    np.testing.assert_array_equal(p2l[layout >= 0], layout[layout >= 0])
+    assert np.count_nonzero(p2l == 1) == 2  # the other hot expert got a micro-batch replica
+
+
+def test_step_placement_moves_owners(enabled):
+    host = enabled(ranks_per_node=1, slots_per_rank=4)  # two nodes of one rank, no spare slot: only moves help
     topology = topology_of(host, expert_bytes=16_384)
     trace = skewed_trace(np.random.default_rng(1), 512, micro_batches=2)
-    placement = host.hook.rlweave_expert_placement(trace=trace, topology=topology, current=static_current(topology),
-                                                   timescale="step")
+    placement = host.hook.rlweave_expert_step_placement(trace=trace, topology=topology,
+                                                        current=static_current(topology))
     p2l = placement.physical_to_logical[0]
-    assert p2l[4] == p2l[9] == -1
     home = home_of(p2l, topology)
     assert home[0] != home[1]  # the two hot experts no longer share a rank
+    np.testing.assert_allclose(np.bincount(p2l[p2l >= 0], weights=placement.token_share[0][p2l >= 0]), 1.0)
     # Moving 34 MB experts across nodes does not pay for 1k tokens: the placement stays.
     costly = topology_of(host, expert_bytes=0)
-    kept = host.hook.rlweave_expert_placement(trace=trace, topology=costly, current=static_current(costly),
-                                              timescale="step")
+    kept = host.hook.rlweave_expert_step_placement(trace=trace, topology=costly, current=static_current(costly))
     np.testing.assert_array_equal(kept.physical_to_logical, static_current(costly).physical_to_logical)
+
+
+def test_step_placement_keeps_replicas_of_experts_hot_all_step(enabled):
+    """Expert 0 is hot in every micro-batch: one copy kept for the step beats a copy per
+    micro-batch, so the step placement holds a replica of it in a spare slot."""
+    host = enabled()
+    topology = topology_of(host, expert_bytes=16_384_000)
+    rng = np.random.default_rng(3)
+    ids = np.concatenate([rng.permutation(np.r_[np.zeros(300, int), rng.integers(1, 8, 212)]) for _ in range(4)])
+    partner = (ids + 1 + rng.integers(0, 7, ids.size)) % 8  # a distinct second expert
+    trace = RoutingTrace(np.stack([ids, partner], axis=1)[:, None, :], tuple(np.arange(5) * 512))
+    placement = host.hook.rlweave_expert_step_placement(trace=trace, topology=topology,
+                                                        current=static_current(topology))
+    p2l = placement.physical_to_logical[0]
+    assert 0 in p2l[[4, 9]]  # a spare slot holds expert 0 for the whole step
 
 
 def test_home_layout_and_home_of_round_trip():

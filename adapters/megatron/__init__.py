@@ -42,7 +42,7 @@ def layer_spec(num_experts: int | None = None, moe_grouped_gemm: bool = False, *
     from rlweave.adapters.megatron.moe_layer import RlweaveMoELayer
 
     layer_cls = RlweaveMoELayer
-    if host.implements("rlweave_expert_placement"):
+    if host.implements("rlweave_expert_step_placement") or host.implements("rlweave_expert_microbatch_placement"):
         from rlweave.adapters.megatron.balanced_moe import ReplayBalancedMoELayer
 
         layer_cls = ReplayBalancedMoELayer

@@ -11,21 +11,29 @@ dispatcher, experts and combine then run unmodified. Nothing in Megatron is patc
 Slots: the first ``E / R`` slots of each rank are *home* slots, each holding one expert's
 weights (its owner copy, updated by the optimizer); the rest are spare slots for replicas.
 
+Per step (:func:`rebalance_step`, where the trainer knows the step's replayed routing):
+``rlweave_expert_step_placement`` may move experts between home slots (their weights, ``.grad``
+and optimizer state travel with them) and may put *step replicas* in spare slots. A step
+replica is copied from its owner once (the weights do not change between a step's
+micro-batches), serves tokens in every micro-batch of the step, accumulates its gradient over
+them, and after the step's last backward (the ``M``-th of the ``M`` micro-batches announced) its
+gradient is added into the owner's ``.grad`` and the slot is emptied. An optimizer step before
+that is caught: the next forward finds the owners' weights changed and raises, and so does the
+next ``rebalance_step`` when only some of the announced backward passes ran.
+
 Per micro-batch and layer (``route``):
-1. the routing of the whole EP group is gathered and handed to ``rlweave_expert_placement``
-   (``timescale="microbatch"``), which may put replicas of hot experts into spare slots. With
-   replayed routing this happens ahead, for all layers at once, in :func:`prepare_microbatch`
-   (where the trainer sets the micro-batch's replay data), off the layer's critical path;
-2. replica slots receive their owner's weights (one point-to-point message per replica);
+1. the routing of the whole EP group is gathered and handed to
+   ``rlweave_expert_microbatch_placement`` with the step's layout, which may put further
+   replicas of hot experts into the spare slots left. With replayed routing this happens
+   ahead, for all layers at once, in :func:`prepare_microbatch` (where the trainer sets the
+   micro-batch's replay data), off the layer's critical path;
+2. those micro-batch replicas receive their owner's weights (one point-to-point message each);
 3. each logical expert's tokens are split among its slots deterministically: its tokens in EP
    rank order, then token order, are cut at ``round(cumsum(token_share) * n)``, so every routed
    token goes to exactly one slot and the gate probability stays differentiable;
-4. after the layer's backward, replica weight gradients are sent to and added into the owner's
-   ``.grad``, and the replica's ``.grad`` is cleared (so an optimizer never steps a replica).
-
-Per step (:func:`rebalance_step`, where the trainer knows the step's replayed routing):
-``rlweave_expert_placement`` (``timescale="step"``) may move experts between home slots; the
-weights, their ``.grad`` and the optimizer state of every moved expert travel with it.
+4. after the layer's backward, micro-batch replica gradients are sent to and added into the
+   owner's ``.grad``, and the replica's ``.grad`` is cleared (so an optimizer never steps a
+   replica).
 
 Under verl, :mod:`rlweave.adapters.verl.router_replay` calls :func:`rebalance_step` and
 :func:`prepare_microbatch` where verl's Megatron engine hands the step's and each
@@ -100,13 +108,14 @@ class _Ticket:
 
     def __init__(self, layer: ReplayBalancedMoELayer) -> None:
         self.layer = layer
-        self.replicas: list[tuple[int, int]] = []  # (replica slot, owner slot)
+        self.step = layer._step  # the step whose backward count it adds to
+        self.replicas: list[tuple[int, int]] = []  # micro-batch replicas: (replica slot, owner slot)
         self.done = False
 
     def finish(self) -> None:
         if not self.done:
             self.done = True
-            self.layer._reduce_replica_grads(self.replicas)
+            self.layer._after_backward(self)
 
 
 class ReplayBalancedMoELayer(RlweaveMoELayer):
@@ -139,11 +148,18 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         static = np.arange(experts)
         self.physical_to_logical = np.full(topology.num_ranks * topology.slots_per_rank, -1)
         self.physical_to_logical[self._home_slot_ids()] = static  # Megatron's contiguous layout
+        self.token_share = (self.physical_to_logical >= 0).astype(float)  # of the step's layout
         self._anchor = torch.empty(0, requires_grad=True)
         self._in_flight: weakref.WeakSet[_Ticket] = weakref.WeakSet()
         self._ticket: _Ticket | None = None
         self._prepared: _MicrobatchPlan | None = None  # from prepare_microbatch, for the next forward
+        self._step = 0  # steps begun by rebalance_step
+        self._step_replicas: list[tuple[int, int]] = []  # (replica slot, owner slot), kept for the step
+        self._step_micro_batches = 0  # given to rebalance_step
+        self._backwards_left = 0  # of the step's micro-batches, before its replicas' gradients fold
+        self._home_versions: list[tuple[torch.Tensor, int]] = []  # this rank's owners, while step replicas live
         self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
+        self.last_token_share = self.token_share.copy()
 
     # ----- layout -----------------------------------------------------------------------------
     @property
@@ -166,10 +182,13 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         local = slot - self.ep_rank * self.slots_per_rank
         return list(self.experts.local_experts[local].parameters())
 
+    def _local(self, slot: int) -> bool:
+        return slot // self.slots_per_rank == self.ep_rank
+
     def current_placement(self) -> ExpertPlacement:
-        """The home layout in force, as a one-layer placement (spare slots empty)."""
-        p2l = self.physical_to_logical.copy()
-        return ExpertPlacement(p2l[None], (p2l >= 0).astype(float)[None])
+        """The step's layout in force (home slots and step replicas) with its token split, as a
+        one-layer placement."""
+        return ExpertPlacement(self.physical_to_logical.copy()[None], self.token_share.copy()[None])
 
     # ----- logical weights (checkpoints, tests) -----------------------------------------------
     def logical_expert_state(self, grads: bool = False) -> dict[int, list[torch.Tensor]]:
@@ -196,6 +215,11 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         if hasattr(self._slot_params(self.ep_rank * self.slots_per_rank)[0], "main_grad"):
             raise NotImplementedError("rlweave.replay_balance reduces replica gradients in .grad; Megatron's "
                                       "DistributedDataParallel (main_grad buffers) is not supported yet")
+        if any(p._version != version for p, version in self._home_versions):
+            raise RuntimeError("rlweave.replay_balance: an expert's weights changed since its step replicas were "
+                               "copied (an optimizer step or a weight load before the step's last backward); "
+                               "give rebalance_step the number of micro-batches the step runs, and call it "
+                               "before every step")
         if torch.is_grad_enabled():
             self._ticket = _Ticket(self)
             self._in_flight.add(self._ticket)
@@ -216,7 +240,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         elif not torch.equal(routing_map.sum(dim=0).cpu(), plan.counts[rank]):
             raise PlacementError("this micro-batch's routing is not the one given to prepare_microbatch; "
                                  "prepare each micro-batch right before its forward, with its replay data")
-        self.last_physical_to_logical = plan.physical_to_logical
+        self.last_physical_to_logical, self.last_token_share = plan.physical_to_logical, plan.token_share
         replicas = self._copy_replicas(plan.physical_to_logical)
         if self._ticket is not None:
             self._ticket.replicas = replicas
@@ -229,42 +253,48 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         rank) is known, and check the answer."""
         trace = RoutingTrace(torch.cat(ids_per_rank).numpy()[:, None, :], (0, sum(len(i) for i in ids_per_rank)),
                              source=f"megatron-layer-{self.layer_number}")
-        placement = get_host().hook.rlweave_expert_placement(
-            trace=trace, topology=self.topology, current=self.current_placement(), timescale="microbatch")
+        placement = get_host().hook.rlweave_expert_microbatch_placement(
+            trace=trace, topology=self.topology, current=self.current_placement())
         p2l, share = self._check_microbatch(placement)
         counts = torch.stack([torch.bincount(i.reshape(-1), minlength=self.topology.num_logical_experts)
                               for i in ids_per_rank])
         return _MicrobatchPlan(p2l, share, counts)
 
     def _check_microbatch(self, placement: ExpertPlacement | None) -> tuple[np.ndarray, np.ndarray]:
-        home = self.physical_to_logical
+        layout = self.physical_to_logical
         if placement is None:
-            return home.copy(), (home >= 0).astype(float)
+            return layout.copy(), self.token_share.copy()
         p2l, share = np.asarray(placement.physical_to_logical), np.asarray(placement.token_share, dtype=float)
-        if p2l.shape != (1, home.size) or share.shape != p2l.shape:
-            raise PlacementError(f"a micro-batch placement must be [1, {home.size}] (slots of this layer), "
+        if p2l.shape != (1, layout.size) or share.shape != p2l.shape:
+            raise PlacementError(f"a micro-batch placement must be [1, {layout.size}] (slots of this layer), "
                                  f"got {p2l.shape} and {share.shape}")
         p2l, share = p2l[0], share[0]
-        homes = self._home_slot_ids()
-        if not np.array_equal(p2l[homes], home[homes]):
-            raise PlacementError("a micro-batch placement may only add replicas in spare slots; moving "
-                                 "owners between home slots happens per step (timescale='step')")
+        kept = layout >= 0
+        if not np.array_equal(p2l[kept], layout[kept]):
+            raise PlacementError("a micro-batch placement keeps the step's layout (home slots and step replicas) "
+                                 "and may only fill empty slots; moving owners and step replicas happens per "
+                                 "step (rlweave_expert_step_placement)")
         _check_shares(p2l, share, self.topology)
         return p2l, share
 
     @torch.no_grad()
     def _copy_replicas(self, p2l: np.ndarray) -> list[tuple[int, int]]:
+        """Copy this micro-batch's replicas (the slots it fills beyond the step's layout) from their
+        owners. Returns them as (replica slot, owner slot)."""
         owner = self.owner_slot()
-        spare = np.setdiff1d(np.nonzero(p2l >= 0)[0], self._home_slot_ids())
-        replicas = [(int(s), int(owner[p2l[s]])) for s in spare]
+        new = np.nonzero((p2l >= 0) & (self.physical_to_logical < 0))[0]
+        replicas = [(int(s), int(owner[p2l[s]])) for s in new]
         if replicas and any(not t.done for t in self._in_flight if t is not self._ticket):
             raise RuntimeError("rlweave.replay_balance: a micro-batch's backward must run before the next "
                                "forward of the same MoE layer when replicas are in use (no-pipelining "
                                "schedule); this forward would overwrite replica weights still needed")
+        self._copy_weights(replicas)
+        return replicas
+
+    def _copy_weights(self, replicas: list[tuple[int, int]]) -> None:
         transfer([(o, s) for s, o in replicas], self.slots_per_rank, self.ep_group,
                  lambda slot: flatten(self._slot_params(slot)),
                  lambda slot, flat: unflatten_into(flat, self._slot_params(slot)))
-        return replicas
 
     def _to_physical(self, probs: torch.Tensor, routing_map: torch.Tensor, p2l: np.ndarray,
                      share: np.ndarray, before: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,8 +315,30 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
                 & (slot_index < torch.as_tensor(hi, device=device)))
         return probs[:, column] * mask.to(probs.dtype), mask
 
+    def _after_backward(self, ticket: _Ticket) -> None:
+        """A micro-batch's backward of this layer is done: fold its micro-batch replicas'
+        gradients into the owners, and after the step's last one its step replicas' too."""
+        replicas = list(ticket.replicas)
+        if self._step_replicas and ticket.step == self._step:
+            self._backwards_left -= 1
+            if self._backwards_left == 0:
+                replicas += self._step_replicas
+                self._release_step_replicas()
+        self._reduce_replica_grads(replicas)
+
+    def _release_step_replicas(self) -> None:
+        """Empty the step replicas' slots (their weights are stale once the optimizer steps)."""
+        homes = self._home_slot_ids()
+        kept = np.isin(np.arange(self.physical_to_logical.size), homes)
+        self.physical_to_logical = np.where(kept, self.physical_to_logical, -1)
+        self.token_share = kept.astype(float)
+        self._step_replicas, self._home_versions, self._backwards_left = [], [], 0
+
     @torch.no_grad()
     def _reduce_replica_grads(self, replicas: list[tuple[int, int]]) -> None:
+        """Add each replica's gradient into its owner's ``.grad``; clear the gradients of the spare
+        slots but the step replicas still in use (Megatron's experts give an unused slot a zero
+        gradient, which an optimizer would step)."""
         def read(slot: int) -> torch.Tensor:
             return flatten([p.grad if p.grad is not None else torch.zeros_like(p) for p in self._slot_params(slot)])
 
@@ -299,9 +351,11 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
         transfer(replicas, self.slots_per_rank, self.ep_group, read, add)
         first = self.ep_rank * self.slots_per_rank
-        for slot in range(first + self.home_slots, first + self.slots_per_rank):  # spare slots
-            for p in self._slot_params(slot):
-                p.grad = None
+        kept = {slot for slot, _ in self._step_replicas}  # still accumulating over the step
+        for slot in range(first + self.home_slots, first + self.slots_per_rank):  # spare slots, even unused ones
+            if slot not in kept:
+                for p in self._slot_params(slot):
+                    p.grad = None
 
     # ----- per step -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -344,6 +398,43 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self._prepared = None  # planned against the old homes
         self.physical_to_logical = np.where(np.isin(np.arange(new_p2l.size), homes), new_p2l, -1)
         return len(moves)
+
+    def end_unfinished_step(self) -> None:
+        """Before a new step: drop the last step's replicas if none of its micro-batches ran a
+        backward (nothing to fold); refuse if only some did (their gradients would be lost)."""
+        if self._step_replicas and self._backwards_left != self._step_micro_batches:
+            raise RuntimeError(f"rlweave.replay_balance: the last step ran the backward of "
+                               f"{self._step_micro_batches - self._backwards_left} of the {self._step_micro_batches} "
+                               f"micro-batches given to rebalance_step, so its step replicas' gradients never "
+                               f"reached their owners; give rebalance_step the step's micro-batches exactly")
+        self._release_step_replicas()
+        self._prepared = None
+
+    @torch.no_grad()
+    def begin_step(self, layout: np.ndarray, token_share: np.ndarray, micro_batches: int,
+                   optimizer: torch.optim.Optimizer | None = None) -> int:
+        """Apply a step placement: move owners to the home slots of ``layout`` [R*S] (weights,
+        ``.grad``, optimizer state), then copy its step replicas (spare slots it fills) from them,
+        to be kept for ``micro_batches`` backward passes. Returns the number of experts moved."""
+        self.end_unfinished_step()
+        homes = self._home_slot_ids()
+        if sorted(layout[homes].tolist()) != list(range(self.topology.num_logical_experts)):
+            raise PlacementError(f"a step placement's home slots must hold every expert once, got {layout[homes].tolist()}")
+        _check_shares(layout, token_share, self.topology)
+        moved = self.move_homes(layout, optimizer)
+        owner = self.owner_slot()
+        spare = np.setdiff1d(np.nonzero(layout >= 0)[0], homes)
+        replicas = [(int(s), int(owner[layout[s]])) for s in spare] if micro_batches else []
+        self._copy_weights(replicas)
+        self._step += 1
+        if replicas:
+            self.physical_to_logical, self.token_share = layout.copy(), token_share.copy()
+            self._step_replicas, self._step_micro_batches = replicas, micro_batches
+            self._backwards_left = micro_batches
+            # Every rank's owners change when the optimizer steps, so each rank sees a step taken
+            # too early alike, in its own forward, before any collective.
+            self._home_versions = [(p, p._version) for s in homes if self._local(s) for p in self._slot_params(s)]
+        return moved
 
 
 def _expert_bytes(config: Any) -> int:
@@ -416,8 +507,9 @@ def prepare_microbatch(model: torch.nn.Module, topk_ids: np.ndarray) -> None:
 
 def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_bounds: tuple[int, ...],
                    optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Before a training step: hand the step's replayed routing to ``rlweave_expert_placement``
-    (``timescale="step"``) and move experts to their new home slots.
+    """Before a training step: hand the step's replayed routing to
+    ``rlweave_expert_step_placement``, move experts to their new home slots and copy the step's
+    replicas, kept until the last of its micro-batches has run its backward.
 
     ``topk_ids``: int [tokens, layers, top_k], this rank's tokens of the step (what Megatron's
     ``RouterReplay`` will replay), ``layers`` = :func:`balanced_layers` of ``model``;
@@ -442,20 +534,18 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
             chunks.append(rows[int(b[m]) : int(b[m + 1])])
         offsets.append(offsets[-1] + sum(len(c) for c in chunks[-len(all_ids):]))
     step_ids = torch.cat(chunks).numpy()
+    for layer in layers:
+        layer.end_unfinished_step()
     current = ExpertPlacement(np.stack([layer.physical_to_logical for layer in layers]),
-                              np.stack([(layer.physical_to_logical >= 0).astype(float) for layer in layers]))
-    placement = get_host().hook.rlweave_expert_placement(
+                              np.stack([layer.token_share for layer in layers]))
+    placement = get_host().hook.rlweave_expert_step_placement(
         trace=RoutingTrace(step_ids, tuple(offsets), source="megatron-replay-step"),
-        topology=topology, current=current, timescale="step")
+        topology=topology, current=current)
     if placement is None:
         return 0
-    moved = 0
-    for layer, p2l, share in zip(layers, placement.physical_to_logical, placement.token_share, strict=True):
-        p2l = np.asarray(p2l)
-        spare = np.setdiff1d(np.arange(p2l.size), layer._home_slot_ids())
-        if p2l.shape != layer.physical_to_logical.shape or np.any(p2l[spare] >= 0):
-            raise PlacementError("a step placement must give every slot of a layer and leave spare slots empty "
-                                 "(replicas are per micro-batch)")
-        _check_shares(p2l, np.asarray(share, dtype=float), topology)
-        moved += layer.move_homes(p2l, optimizer)
-    return moved
+    p2l, share = np.asarray(placement.physical_to_logical), np.asarray(placement.token_share, dtype=float)
+    if p2l.shape != current.physical_to_logical.shape or share.shape != p2l.shape:
+        raise PlacementError(f"a step placement must be {list(current.physical_to_logical.shape)} (layers, slots), like the "
+                             f"placement in force; got {p2l.shape} and {share.shape}")
+    return sum(layer.begin_step(layout, split, len(bounds) - 1, optimizer)
+               for layer, layout, split in zip(layers, p2l, share, strict=True))

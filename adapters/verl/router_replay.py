@@ -8,8 +8,9 @@ verl hands replayed routing to Megatron at two moments (verl 0.9,
   splits the step's mini-batch into micro-batches, each carrying ``routed_experts`` (jagged
   [sequences, tokens, layers, top_k]), and hands them to Megatron's schedule with
   ``make_batch_generator``. :func:`rebalance_before_step` turns them into
-  ``rebalance_step``: ReLibra's step tier may move experts between ranks before the first
-  forward;
+  ``rebalance_step``: ReLibra's step tier may move experts between ranks and copy step
+  replicas before the first forward (their gradients reach the owners after the last of these
+  micro-batches' backward, before verl's optimizer step);
 - **a micro-batch's routing is handed over**: the engine's ``forward_step`` calls
   ``set_router_replay_data(..., model=chunk)``, which packs the micro-batch's routes, splits
   them over sequence- and context-parallel ranks and sets each router's ``RouterReplay``
@@ -18,7 +19,8 @@ verl hands replayed routing to Megatron at two moments (verl 0.9,
   with one gather, before the forward instead of inside each layer.
 
 The patch :mod:`rlweave.patches.verl_router_replay_hooks` calls these; it is applied only while
-a plugin decides expert placement, so with ``replay_balance`` off nothing here runs.
+a plugin decides expert placement (``rlweave_expert_step_placement`` or
+``rlweave_expert_microbatch_placement``), so with ``replay_balance`` off nothing here runs.
 
 Limits: with R3's replay mask (the last row of each sequence keeps the router's own choice)
 a micro-batch's routing is not fully known ahead, so the layers plan in their forward from the

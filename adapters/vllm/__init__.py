@@ -6,6 +6,9 @@ Otherwise it checks vLLM's version and applies what is asked for: the CPU-suppor
 when verl runs on its CPU platform (``VERL_PLATFORM=cpu``), and, when a plugin is enabled, the
 patch that makes the EngineCore build rlweave's scheduler, then fires
 ``rlweave_framework_loaded``.
+
+Rollout routing capture for MoE models (``rlweave_routing_recorded``) is
+:func:`rlweave.adapters.vllm.routing_capture.capture_routing`, called on an ``LLM``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 Both layers get the same logical weights and replay the same skewed routing (hot experts of
 EP rank 0, shifting between micro-batches). Two training steps of forward+backward per
-micro-batch (replicas per micro-batch) and an Adam step on both layers; before the second,
-``rebalance_step`` moves experts between ranks with their weights and Adam state, and its
-micro-batches are planned ahead with ``prepare_microbatch`` (the first step's inside the forward).
-Writes ``<out>/rank<r>.pt``.
+micro-batch and an Adam step on both layers. The first step has micro-batch replicas only,
+planned inside the forward; before the second, ``rebalance_step`` moves experts between ranks
+with their weights and Adam state and copies step replicas (kept for both micro-batches, their
+gradients folded into the owners after the second backward), and its micro-batches are planned
+ahead with ``prepare_microbatch``. Then an Adam step taken after one of two announced
+micro-batches: the next forward and ``rebalance_step`` refuse. Writes ``<out>/rank<r>.pt``.
 
 Usage: balance_worker.py WORLD_SIZE OUT PORT  (BALANCE_DISPATCHER=allgather|alltoall)
 """
@@ -34,7 +36,8 @@ def skewed_routing(seed: int, ws: int) -> np.ndarray:
     for m in range(MICRO_BATCHES):
         hot = [(2 * m) % block, (2 * m + 1) % block] if block > 1 else [0, 1]
         warm = [e for e in range(block) if e not in hot]
-        weights = np.full(EXPERTS, 0.15 / (EXPERTS - len(hot) - len(warm)))
+        others = EXPERTS - len(hot) - len(warm)  # 0 at EP=1: the block is every expert
+        weights = np.full(EXPERTS, 0.15 / max(others, 1))
         weights[hot] = (0.6 if warm else 0.85) / 2
         weights[warm] = 0.25 / max(len(warm), 1)
         p = weights / weights.sum()
@@ -64,6 +67,36 @@ def load_same_weights(reference: torch.nn.Module, ours: torch.nn.Module, gen: to
     ours.load_logical_expert_state(logical)
 
 
+def early_optimizer_step(ours, optimizer, routing: np.ndarray, rank: int, world_size: int) -> list[str]:
+    """A step announced with two micro-batches whose optimizer steps after the first: the next
+    forward finds the owners' weights changed, and the next rebalance_step finds the step's
+    replica gradients unfolded. Returns both errors (none when no step replica was kept)."""
+    from megatron.core.transformer.moe.router_replay import RouterReplay
+
+    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+
+    per = TOKENS // world_size
+    rebalance_step(ours, routing[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per), optimizer)
+    if not ours._step_replicas:
+        return []
+    errors = []
+    for attempt in range(2):
+        idx = torch.as_tensor(routing[:per])
+        RouterReplay.set_replay_data([idx, idx])
+        try:
+            output, _ = ours(torch.randn(per // 2, 2, HIDDEN))
+            output.sum().backward()
+        except RuntimeError as error:
+            errors.append(str(error))
+        if attempt == 0:
+            optimizer.step()  # too early: one of two micro-batches has run
+    try:
+        rebalance_step(ours, routing[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per), optimizer)
+    except RuntimeError as error:
+        errors.append(str(error))
+    return errors
+
+
 def run(rank: int, world_size: int, out: str, port: int) -> None:
     from rlweave.adapters.megatron.cpu import alltoall_without_cuda_streams, init_expert_parallel, moe_config
 
@@ -86,14 +119,16 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     tokens_seen: list[dict] = []
     ours.experts.register_forward_pre_hook(
         lambda module, args: tokens_seen.append({"tokens_per_slot": args[1].clone(),
-                                                 "placement": ours.last_physical_to_logical.copy()}))
+                                                 "placement": ours.last_physical_to_logical.copy(),
+                                                 "share": ours.last_token_share.copy(),
+                                                 "step_layout": ours.physical_to_logical.copy()}))
     per = TOKENS // world_size
     results: dict = {"class": type(ours).__name__, "steps": []}
     for step in range(2):
         routing = local_slice(skewed_routing(10 + step, world_size), rank, world_size)
         moved = rebalance_step(ours, routing[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per),
                                optimizers["rlweave"]) if step else 0
-        record: dict = {"moved": moved, "home": ours.physical_to_logical.copy(), "micro_batches": []}
+        record: dict = {"moved": moved, "layout": ours.physical_to_logical.copy(), "micro_batches": []}
         for m in range(MICRO_BATCHES):
             torch.manual_seed(1000 * step + 100 * m + rank)
             x = torch.randn(per // 2, 2, HIDDEN)  # [seq, batch, hidden] -> per tokens
@@ -132,11 +167,12 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
             "rlweave": {e: [p.clone() for p in params] for e, params in ours.logical_expert_state().items()},
         }
         results["steps"].append(record)
+    results["tokens_seen"] = list(tokens_seen)
+    results["early_optimizer_step"] = early_optimizer_step(ours, optimizers["rlweave"], routing, rank, world_size)
     # A model with two such layers: one gather hands each layer its own layer's routing.
     pair = torch.nn.ModuleList(layer_spec(num_experts=EXPERTS).submodules.mlp(config=config) for _ in range(2))
     prepare_microbatch(pair, np.stack([routing[:per], routing[per : 2 * per]], axis=1))
     results["two_layer_counts"] = [layer._prepared.counts.sum(dim=0) for layer in pair]
-    results["tokens_seen"] = tokens_seen
     results["routing"] = [skewed_routing(10 + step, world_size) for step in range(2)]
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()

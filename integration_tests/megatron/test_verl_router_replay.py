@@ -1,7 +1,7 @@
 """verl's router replay drives ReLibra's Megatron MoE layers (rlweave.replay_balance enabled):
 verl's own ``make_batch_generator`` and ``set_router_replay_data`` hand a step's and each
-micro-batch's routing over, the plan is applied (experts moved before the step, replicas
-planned ahead per micro-batch and taking tokens), and outputs, input gradients and weights
+micro-batch's routing over, the plan is applied (experts moved and step replicas copied before
+the step, replicas planned ahead per micro-batch and taking tokens), and outputs, input gradients and weights
 after Adam equal Megatron's own MoE layers on gloo with EP=2 (CPU processes). verl's
 Megatron engine is mocked: a namespace with the model, config and optimizer, marked as in a
 training call (its worker needs a GPU). Under R3's replay mask the layers plan in their forward
@@ -45,8 +45,13 @@ def test_verl_router_replay_plans_and_matches_megatron_mocked_verl_engine(tmp_pa
             for e in reference:
                 for a, b in zip(ours[e], reference[e], strict=True):
                     close(a, b)
-    # The step tier moved experts before each step (the second time with their Adam state).
-    assert all(rank["steps"][step]["layers_moved"] for rank in ranks for step in range(2))
+    # The step tier acted before each step: it moved experts (the second time with their Adam
+    # state) or kept step replicas, whose gradients reached the owners before verl's optimizer step.
+    for step in range(2):
+        assert all(rank["steps"][step]["layers_moved"] or rank["steps"][step]["step_replicas"] for rank in ranks)
+        assert all(rank["steps"][step]["step_replicas_left"] == 0 for rank in ranks)
+    assert any(rank["steps"][step]["layers_moved"] for rank in ranks for step in range(2))
+    assert any(rank["steps"][step]["step_replicas"] for rank in ranks for step in range(2))
     assert sum(rank["replica_tokens"] for rank in ranks) > 0  # and replicas took tokens
     for rank in ranks:  # R3: the replay mask leaves rows to the router, so the layers plan in the forward
         assert not any(rank["r3"]["planned_ahead"])

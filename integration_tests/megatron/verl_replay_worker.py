@@ -138,13 +138,14 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     results: dict = {"patched": wrapped is router_replay_utils.set_router_replay_data, "steps": []}
     for step in range(2):
         batches = micro_batches(step, rank, world_size)
-        homes_before = [layer.physical_to_logical.copy() for layer in ours.decoder]
+        owners_before = [layer.owner_slot() for layer in ours.decoder]
         with training_call(engine):  # the mocked engine's forward_backward_batch(forward_only=False)
             iterator = engine_module.make_batch_generator(batches, vpp_size=1)
-        moved = sum(int((before != layer.physical_to_logical).any())
-                    for before, layer in zip(homes_before, ours.decoder, strict=True))
+        moved = sum(int((before != layer.owner_slot()).any())
+                    for before, layer in zip(owners_before, ours.decoder, strict=True))
         RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
-        record: dict = {"layers_moved": moved, "micro_batches": []}
+        record: dict = {"layers_moved": moved, "step_replicas": sum(len(layer._step_replicas) for layer in ours.decoder),
+                        "micro_batches": []}
         for m, batch in enumerate(iterator):
             for chunk in (reference, ours):
                 engine_module.set_router_replay_data(batch["routed_experts"], None, config, 0, model=chunk)
@@ -159,6 +160,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
                 (output * g).sum().backward()
                 mb[name] = {"output": output.detach(), "input_grad": inp.grad.detach()}
             record["micro_batches"].append(mb)
+        record["step_replicas_left"] = sum(len(layer._step_replicas) for layer in ours.decoder)
         RouterReplay.clear_global_indices()
         RouterReplay.clear_global_router_replay_action()
         for opt in optimizers.values():

@@ -133,20 +133,6 @@ def copy_s(physical_to_logical: np.ndarray, base: np.ndarray, home: np.ndarray, 
     return transfer_s(np.asarray(home)[experts], new // topology.slots_per_rank, topology, cost, experts=experts)
 
 
-def plan_reorder(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
-                 cost: CostModel = CostModel()) -> np.ndarray:
-    """Expert reordering (once per step): new home ranks minimising the sum over micro-batches of
-    the busiest rank's load, kept only if the time it saves beats moving the experts.
-
-    step_load: [M, E] tokens per expert in each micro-batch of the coming step (one layer).
-    current: int [E] current home ranks. Returns int [E].
-    """
-    home = reorder_search(step_load, topology, current)
-    saved = (step_max_sum(step_load, current, topology.num_ranks)
-             - step_max_sum(step_load, home, topology.num_ranks)) * cost.token_s
-    return home if saved > move_s(current, home, topology, cost) else np.array(current, copy=True)
-
-
 def reorder_search(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray) -> np.ndarray:
     """Home ranks [E] packed in two steps, like EPLB's hierarchy: experts to nodes (what in-node
     replication cannot even out), then to ranks inside their node. Heaviest expert first, each
@@ -394,19 +380,18 @@ def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots:
 
 
 def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
-              cost: CostModel = CostModel(), target: float = 1.02, step_replicas: bool = True) -> StepPlan:
+              cost: CostModel = CostModel(), target: float = 1.02) -> StepPlan:
     """Both tiers for one layer's step, from the loads of all of its micro-batches.
 
     Step tier: home ranks (reordered) and step replicas in spare slots, paid once per step
     (weights do not change between a step's micro-batches), their token shares re-split per
-    micro-batch for free. Micro-batch tier: :func:`plan_replication` on each micro-batch.
-    Candidates (current or reordered homes; no step replicas, which leaves the spare slots to
-    micro-batch replicas, better when hot experts shift every micro-batch; greedy step replicas;
-    or EPLB's replicas around the homes, :func:`pinned_eplb`) are compared by modelled time:
-    busiest-rank tokens, moves and copies.
+    micro-batch for free. Micro-batch tier: :func:`plan_replication` on each micro-batch, as
+    the micro-batch hook will run it. Candidates (current or reordered homes; no step replicas,
+    which leaves the spare slots to micro-batch replicas, better when hot experts shift every
+    micro-batch; greedy step replicas; or EPLB's replicas around the homes, :func:`pinned_eplb`)
+    are compared by modelled time: busiest-rank tokens, moves and copies.
 
-    step_load: [M, E]; current: int [E] current home ranks. ``step_replicas=False``: homes and
-    micro-batch replicas only, for an executor that copies every replica per micro-batch.
+    step_load: [M, E]; current: int [E] current home ranks.
     """
     step_load = np.asarray(step_load, dtype=float)
     slots = topology.slots_per_rank
@@ -418,21 +403,18 @@ def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarr
             continue
         homes = home_layout(home, topology)[0]
         moving = move_s(current, home, topology, cost)
-        layouts = []
-        if step_replicas:
-            pinned = pinned_eplb(step_load, home, topology)
-            layouts += [grow_replicas(step_load, homes, home, topology, cost, in_node=False),
-                        (pinned, split_shares(step_load, pinned, slots)[0])]
-        layouts.append((homes, None))
-        for layout, share in layouts:
+        layouts = [grow_replicas(step_load, homes, home, topology, cost, in_node=False)[0],
+                   pinned_eplb(step_load, home, topology), homes]
+        for layout in layouts:
+            if any(np.array_equal(layout, q.layout) and np.array_equal(home, q.home) for q in plans):
+                continue  # the greedy or EPLB added no replica
             # Micro-batch replicas stay in their node: with none kept for the step, no micro-batch
             # beats its busiest node spread evenly. Skip the layout when even that is too slow.
             if (plans and layout is homes and moving + step_max_sum(step_load, home // topology.ranks_per_node,
                                                                     topology.nodes)
                     / topology.ranks_per_node * cost.token_s >= min(p.time_s for p in plans)):
                 continue
-            placed = [plan_replication(step_load[m], layout, topology, cost, target,
-                                       None if share is None else share[m : m + 1]) for m in range(len(step_load))]
+            placed = [plan_replication(step_load[m], layout, topology, cost, target) for m in range(len(step_load))]
             p2l = np.stack([p for p, _ in placed])
             shares = np.stack([q for _, q in placed])
             served = np.where(p2l >= 0, np.take_along_axis(step_load, np.maximum(p2l, 0), axis=1), 0.0) * shares

@@ -1,16 +1,18 @@
 """Hook implementations of ReLibra: where each expert lives, from the replayed routing.
 
-The Megatron adapter asks twice, at ReLibra's two timescales (``timescale``); under verl,
-where verl's router replay hands the routing to Megatron (``rlweave.adapters.verl.router_replay``):
+The Megatron adapter asks at ReLibra's two timescales (under verl, where verl's router replay
+hands the routing to Megatron: ``rlweave.adapters.verl.router_replay``):
 
-- ``"step"``, once per training step with the routing of all its micro-batches: new home ranks
-  per layer (:func:`.planner.plan_step`), no replicas. The adapter moves weights and optimizer
-  state to match. The Megatron layer copies replicas per micro-batch, so the step plan is made
-  without step replicas (kept for the whole step, which the modelled benchmark also plans):
-  a move is judged against what micro-batch replicas alone reach.
-- ``"microbatch"``, per layer before a micro-batch is dispatched: replicas of hot experts in the
-  spare slots of the same node, and each replica's share of its expert's tokens
-  (:func:`.planner.plan_replication`). Home slots stay as they are.
+- per training step, with the routing of all its micro-batches
+  (``rlweave_expert_step_placement``): new home ranks per layer and step replicas, copied once
+  and kept for the whole step (:func:`.planner.plan_step`). The adapter moves weights and
+  optimizer state to the new homes, copies the replicas, and folds their gradients into the
+  owners after the step's last backward;
+- per layer before a micro-batch is dispatched (``rlweave_expert_microbatch_placement``): the
+  best token split over the step's layout, and replicas of hot experts in the spare slots left in
+  the same node (:func:`.planner.plan_replication`). Home slots and step replicas stay.
+
+``rlweave bench moe`` asks the same two hooks for its rlweave row.
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ from rlweave.plugins.replay_balance.planner import (
     CostModel,
     PlanError,
     check_topology,
-    home_layout,
     home_of,
     plan_replication,
     plan_step,
 )
+from rlweave.plugins.replay_balance.split import split_shares
 from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
 
 _settings = ReplayBalanceConfig()
 _cost = CostModel()  # per-token time and bandwidths; expert_bytes comes from the topology
+# The last step plan's micro-batch placements, by what determines them (the micro-batch hook
+# would compute the same again): {key: (physical_to_logical, token_share)}.
+_planned: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
 @hookimpl
@@ -65,19 +70,44 @@ def rlweave_expert_topology(num_logical_experts: int, ep_size: int, expert_bytes
     return topology
 
 
+def _cost_of(topology: ExpertTopology) -> CostModel:
+    return dataclasses.replace(_cost, expert_bytes=topology.expert_bytes) if topology.expert_bytes else _cost
+
+
 @hookimpl
-def rlweave_expert_placement(trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement,
-                             timescale: str) -> ExpertPlacement:
-    layers = trace.topk_ids.shape[1]
-    cost = dataclasses.replace(_cost, expert_bytes=topology.expert_bytes) if topology.expert_bytes else _cost
+def rlweave_expert_step_placement(trace: RoutingTrace, topology: ExpertTopology,
+                                  current: ExpertPlacement) -> ExpertPlacement:
+    """Per layer: the homes and step replicas of the plan with the least modelled step time, and
+    the split of the step's tokens over them (each micro-batch re-splits its own)."""
+    cost = _cost_of(topology)
     loads = expert_loads(trace.topk_ids, trace.microbatch_bounds, topology.num_logical_experts)  # [M, L, E]
-    plans = []
-    for layer in range(layers):
+    layouts, shares = [], []
+    _planned.clear()
+    for layer in range(loads.shape[1]):
         home = home_of(current.physical_to_logical[layer], topology)
-        if timescale == "step":
-            step = plan_step(loads[:, layer], topology, home, cost, _settings.threshold, step_replicas=False)
-            plans.append(home_layout(step.home, topology))
-        else:
-            plans.append(plan_replication(loads[:, layer].sum(axis=0), home_layout(home, topology)[0], topology,
-                                          cost, target=_settings.threshold))
+        plan = plan_step(loads[:, layer], topology, home, cost, _settings.threshold)
+        for load, p2l, share in zip(loads[:, layer], plan.physical_to_logical, plan.token_share, strict=True):
+            _planned[_key(load, plan.layout, topology, cost)] = (p2l, share)
+        layouts.append(plan.layout)
+        shares.append(split_shares(loads[:, layer].sum(axis=0)[None], plan.layout, topology.slots_per_rank)[0][0])
+    return ExpertPlacement(np.stack(layouts), np.stack(shares))
+
+
+@hookimpl
+def rlweave_expert_microbatch_placement(trace: RoutingTrace, topology: ExpertTopology,
+                                        current: ExpertPlacement) -> ExpertPlacement:
+    """Per layer: the micro-batch's replicas and split over the step's layout."""
+    cost = _cost_of(topology)
+    load = expert_loads(trace.topk_ids, trace.microbatch_bounds, topology.num_logical_experts).sum(axis=0)  # [L, E]
+    plans = []
+    for layer, layout in enumerate(current.physical_to_logical):
+        known = _planned.get(_key(load[layer], layout, topology, cost))
+        plans.append(known or plan_replication(load[layer], layout, topology, cost, target=_settings.threshold))
     return ExpertPlacement(np.stack([p for p, _ in plans]), np.stack([s for _, s in plans]))
+
+
+def _key(load: np.ndarray, layout: np.ndarray, topology: ExpertTopology, cost: CostModel) -> tuple:
+    """What a micro-batch placement depends on: its loads [E], the step's layout [R*S], the
+    topology, the cost model and the threshold."""
+    return (np.asarray(load, dtype=np.int64).tobytes(), np.asarray(layout, dtype=np.int64).tobytes(), topology,
+            cost, _settings.threshold)

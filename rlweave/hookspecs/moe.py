@@ -1,7 +1,7 @@
-"""Mixture-of-experts routing and expert placement (Megatron-core MoE layer, vLLM FusedMoE).
+"""Mixture-of-experts routing and expert placement.
 
-Called by ``rlweave.adapters.megatron`` (training, replayed routing) and by the vLLM adapter
-(rollout, routing capture).
+Callers: the Megatron-core MoE layers (``rlweave.adapters.megatron``: training, replayed
+routing) and vLLM's routing capture (``rlweave.adapters.vllm.routing_capture``: rollout).
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
 
 @hookspec
 def rlweave_routing_recorded(trace: RoutingTrace) -> None:
-    """Routing decisions were recorded (rollout capture, or Megatron's RouterReplay RECORD)."""
+    """Routing decisions were recorded.
+
+    Fired by rlweave's Megatron MoE layer after each routing (``trace``: that layer's tokens,
+    one layer, source ``megatron-layer-<n>``), and by vLLM's routing capture once a batch of
+    sequences has been routed through every MoE layer (``trace``: [tokens, layers, top_k] of
+    the prompt and response tokens, one micro-batch per interval, source ``vllm``).
+    """
 
 
 @hookspec(firstresult=True)
@@ -26,20 +32,39 @@ def rlweave_expert_topology(num_logical_experts: int, ep_size: int, expert_bytes
 
 
 @hookspec(firstresult=True)
-def rlweave_expert_placement(
-    trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement, timescale: str
+def rlweave_expert_step_placement(
+    trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement
 ) -> ExpertPlacement | None:
-    """Where each logical expert (and its replicas) lives for the coming step or micro-batch.
+    """Where each logical expert lives for the coming training step, and which replicas the
+    step keeps.
 
-    Called by the Megatron MoE adapter with the routing that will be replayed (``trace``) and the
-    placement now in force (``current``, home slots = the first ``E / R`` slots of each rank):
+    Called by the Megatron MoE adapter (``rebalance_step``) before a step, with the routing
+    that the step will replay (``trace``: all of its micro-batches and MoE layers, the EP
+    group's tokens of micro-batch m in interval m) and the placement in force (``current``: home
+    slots, the first ``E / R`` slots of each rank, hold every expert once; spare slots empty).
 
-    - ``timescale="step"``: before a training step, ``trace`` holds all of its micro-batches and
-      layers; the answer may move experts between home slots (the adapter moves their weights
-      and optimizer state) and must leave spare slots empty.
-    - ``timescale="microbatch"``: before one layer dispatches one micro-batch, ``trace`` holds
-      that layer's routing over the whole EP group; the answer keeps the home slots and may put
-      replicas in spare slots, splitting an expert's tokens by ``token_share``.
+    The answer may move experts between home slots (the adapter moves their weights, gradients
+    and optimizer state) and may put *step replicas* in spare slots: the adapter copies each
+    once, keeps it for all of the step's micro-batches, and adds its gradient into the owner's
+    after the step's last backward. ``token_share`` must sum to 1 per expert. ``None`` keeps
+    ``current``.
+    """
 
-    ``None`` keeps ``current``.
+
+@hookspec(firstresult=True)
+def rlweave_expert_microbatch_placement(
+    trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement
+) -> ExpertPlacement | None:
+    """Which replicas one layer adds for one micro-batch, and how each expert's tokens are split
+    among its copies.
+
+    Called by the Megatron MoE adapter before a layer dispatches a micro-batch (ahead of the
+    forward, in ``prepare_microbatch``, when the trainer hands over replayed routing), with that
+    layer's routing over the whole EP group (``trace``: one layer, one micro-batch) and the
+    step's layout (``current``: home slots and step replicas, one layer).
+
+    The answer keeps every slot ``current`` fills and may put replicas into the empty ones (the
+    adapter copies them for this micro-batch and adds their gradients into the owner's after
+    its backward); ``token_share`` is free for every copy. ``None`` keeps ``current`` with its
+    shares.
     """

@@ -1,4 +1,5 @@
-"""How far any micro-batch plan can go: a lower bound on the busiest rank's tokens.
+"""How far any micro-batch plan can go: a lower bound on the busiest rank's tokens, which
+``bench moe`` reports beside rlweave's max/mean (benchmark code: no plan uses it).
 
 The micro-batch tier may only add replicas inside their owner's node, into free slots of the
 step's layout, and may split an expert's tokens freely among its copies. Whatever the cost
