@@ -53,6 +53,8 @@ class HeartbeatSender:
         self.collective = ""
         self.slow_factor = 1.0
         self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
+        # Reads the process's progress through its collectives (``"collectives#42"``) at each beat.
+        self.collective_probe: Callable[[], str] | None = None
         self._activities: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._finished: list[dict[str, Any]] = []
@@ -87,10 +89,14 @@ class HeartbeatSender:
 
     @contextmanager
     def activity(self, name: str) -> Iterator[None]:
-        """Like :meth:`section` for work that overlaps itself (a client's requests in flight):
-        the section is ``name`` while at least one is running; nothing is timed."""
+        """Like :meth:`section` for work that overlaps itself (a server's requests in flight):
+        the section is ``name`` while at least one is running, and the first one beats at once;
+        nothing is timed."""
         with self._lock:
             self._activities[name] = self._activities.get(name, 0) + 1
+            first = self._activities[name] == 1 and not self.current
+        if first:
+            self.beat_now()  # the monitor learns at once that the work began
         try:
             yield
         finally:
@@ -135,9 +141,15 @@ class HeartbeatSender:
             counters, self._counters = self._counters, {}
             section = self.current or next((a for a, n in self._activities.items() if n > 0), "")
             running = time.monotonic() - self.section_start if self.current else 0.0
+            collective = self.collective
+            if self.collective_probe is not None:
+                try:
+                    collective = self.collective_probe()
+                except Exception:  # the process group is being torn down
+                    pass
             return {"worker": self.worker, "pid": self.pid, "host": self.host, "seq": self.seq,
                     "step": self.step, "section": section, "section_s": running, "actor": self.actor,
-                    "collective": self.collective, "finished": finished, "reports": extra,
+                    "collective": collective, "finished": finished, "reports": extra,
                     "counters": counters}
 
     def _send(self) -> None:

@@ -45,22 +45,24 @@ RESILIENCE = ("+rlweave.resilience.enable=true",)
 # Part 1's faults, in rlweave's chaos grammar, and the kind each one is.
 FAULTS = {
     "straggler": "slow:trainer:1@2x3",
-    "rollout_crash": "kill:rollout:0.engine@3.generate+0.3",
-    "rollout_hang": "stop:rollout:1.engine@4.generate+0.3",
+    "rollout_crash": "kill:rollout:0.engine@3.generate",
+    "rollout_hang": "stop:rollout:1.engine@4.generate",
     "trainer_crash": "kill:trainer:1@5.update_actor",
     "trainer_hang": "stop:trainer:0@6.update_actor",
 }
 FAULT_STEPS = 7
+STARTUP_ALLOWANCE_S = 150.0  # a (re)started job's first step may take this long on a loaded machine
+KEEP = ("trainer.max_actor_ckpt_to_keep=2",)
 CRASHES, HANGS = ("rollout_crash", "trainer_crash"), ("rollout_hang", "trainer_hang")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", default="faults,verl,overhead,ettr",
                         help="comma-separated subset of faults, verl, overhead, ettr")
-    parser.add_argument("--overhead-steps", type=int, default=10, help="steps per overhead run")
+    parser.add_argument("--overhead-steps", type=int, default=8, help="steps per overhead run")
     parser.add_argument("--overhead-pairs", type=int, default=2, help="interleaved on/off pairs")
     parser.add_argument("--fault-every-s", type=float, default=300.0, help="ETTR: seconds between faults")
-    parser.add_argument("--ettr-window-s", type=float, default=900.0, help="ETTR: seconds of training per side")
+    parser.add_argument("--ettr-window-s", type=float, default=600.0, help="ETTR: seconds of training per side")
     parser.add_argument("--save-freq", type=int, default=5, help="verl's save_freq on both sides")
     parser.add_argument("--hang-wait-s", type=float, default=120.0,
                         help="verl's path: how long a hung job is left before it is killed and resubmitted")
@@ -111,7 +113,7 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
 
     work.mkdir(parents=True, exist_ok=True)
     trace = work / "trace"
-    cmd = verl_command("grpo", work, steps=steps, save_freq=save_freq, ranks=ranks, extra=extra)
+    cmd = verl_command("grpo", work, steps=steps, save_freq=save_freq, ranks=ranks, extra=KEEP + extra)
     c = Campaign(label)
     pending = list(external)
     deadline = time.time() + timeout_s
@@ -139,7 +141,9 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
                     c.faults.append({**fault, "time_s": now, "pids": pids, "steps_done": len(done)})
                     pending.remove(fault)
         window_over = window_s is not None and c.first_step_start and now > c.first_step_start + window_s
-        stalled = (c.faults and now - max([f["time_s"] for f in c.faults] + [e for e, _ in c.step_ends]) > hang_wait_s)
+        last_progress = max([f["time_s"] for f in c.faults] + [e for e, _ in c.step_ends]
+                            + [c.launches[-1] + STARTUP_ALLOWANCE_S])
+        stalled = bool(c.faults) and now - last_progress > hang_wait_s
         code = proc.poll()
         if code is not None or window_over or len(done) >= steps or stalled:
             if code is None:
@@ -258,6 +262,7 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     steps, pairs = (6, 1) if args.quick else (args.overhead_steps, args.overhead_pairs)
     per = {"on": [], "off": []}
+    snapshot_s = []
     false_positives = 0
     for i in range(pairs):
         for side in (("off", "on") if i % 2 == 0 else ("on", "off")):
@@ -268,15 +273,19 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             per[side].append(steady_step_s(run.steps))
             if side == "on":
                 false_positives += int(max(m.get("rlweave/resilience/incidents", 0) for m in run.steps.values()))
+                snapshot_s += [m["rlweave/resilience/snapshot_s"] for s, m in run.steps.items()
+                               if s > 1 and "rlweave/resilience/snapshot_s" in m]
     ratios = [on / off - 1 for on, off in zip(per["on"], per["off"], strict=True)]
     return {"step_s": per, "overhead_fraction": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
+            "snapshot_s": statistics.median(snapshot_s) if snapshot_s else None,
             "false_positives": false_positives, "steps": steps, "pairs": pairs}
 
 
 def part_ettr(work: Path, args: argparse.Namespace, clean_step_s: float) -> dict[str, Any]:
     every, window = (120.0, 360.0) if args.quick else (args.fault_every_s, args.ettr_window_s)
-    faults = [{"kind": "trainer_crash", "worker": "trainer:0", "action": "kill", "after_s": every * k}
-              for k in range(1, int(window // every) + 1) if every * k < window]
+    # one fault in the middle of every ``every`` seconds of the window
+    faults = [{"kind": "trainer_crash", "worker": "trainer:0", "action": "kill", "after_s": every * (k + 0.5)}
+              for k in range(int(window // every))]
     steps = 10_000  # the window decides
     out = {}
     for side, extra in (("rlweave", RESILIENCE), ("verl", ())):
@@ -346,7 +355,7 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
     if "overhead" in results:
         o = results["overhead"]
         rows.append(["overhead per step", f"{o['overhead_fraction']:+.2%}",
-                     f"spread {o['spread'][0]:+.2%}..{o['spread'][1]:+.2%}",
+                     f"spread {o['spread'][0]:+.2%}..{o['spread'][1]:+.2%}; snapshot {_fmt(o.get('snapshot_s'))}s",
                      f"on {statistics.median(o['step_s']['on']):.3f}s", f"off {statistics.median(o['step_s']['off']):.3f}s",
                      f"false positives {o['false_positives']}", ""])
     if "ettr" in results:

@@ -18,6 +18,7 @@ from rlweave.types import (
     Heartbeat,
     RecoveryKind,
     SectionTime,
+    SettingRequirement,
     WorkerIncident,
 )
 
@@ -198,9 +199,21 @@ def test_hooks_through_the_host():
     settings = hook.rlweave_resilience_settings()
     assert settings.heartbeat_s == 0.5 and settings.faults == (FaultSpec("kill", "trainer:1", 3),)
     keys = {r.key for answer in hook.rlweave_framework_requirements(framework="verl") for r in answer}
-    assert keys == {"trainer.v1.trainer_mode", "actor_rollout_ref.actor.strategy"}
+    assert keys == {"trainer.use_v1", "trainer.v1.trainer_mode", "actor_rollout_ref.actor.strategy"}
     hook.rlweave_heartbeat(beat=beat("trainer:0", 1.0))
     hook.rlweave_heartbeat(beat=Heartbeat("trainer:0", 1.5, alive=False))
     [[dead]] = hook.rlweave_health_check(now_s=1.6)
     assert hook.rlweave_incident(incident=dead).kind is RecoveryKind.REBUILD
     assert hook.rlweave_resume_checkpoint(candidates=[CheckpointCandidate(1, "/x")]).step == 1
+
+
+def test_verl_settings_that_resilience_cannot_run_with_are_refused_with_the_fix():
+    from rlweave.plugins.resilience.plugin import VERL_REQUIREMENTS
+    from rlweave.requirements import problems
+
+    assert problems(VERL_REQUIREMENTS, {}, "cmd") == []  # verl's defaults: v1, sync, FSDP
+    [found] = problems(VERL_REQUIREMENTS, {"trainer.v1.trainer_mode": "colocate_async"}, "cmd")
+    assert "set trainer.v1.trainer_mode=sync" in found
+    stream = SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync", "streams", "stream_generation")
+    [conflict] = problems((*VERL_REQUIREMENTS, stream), {}, "cmd")
+    assert "cannot run together" in conflict

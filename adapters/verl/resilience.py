@@ -74,10 +74,19 @@ def start_heartbeat() -> None:
     heartbeat.start_when_known(_resolve, settings.heartbeat_s)
 
 
+def _resilient_vllm_replica() -> type:
+    from rlweave.adapters.verl.resilient_rollout import ResilientvLLMReplica
+
+    return ResilientvLLMReplica
+
+
 def install() -> None:
-    """Replace verl's ``sync`` trainer by the resilient one (idempotent)."""
+    """Replace verl's ``sync`` trainer by the resilient one, and verl's vLLM replica by one whose
+    server reports its requests in flight (idempotent)."""
     from verl.trainer.ppo.v1 import trainer_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     from rlweave.adapters.verl.resilient_trainer import resilient
 
     trainer_base.TRAINER_REGISTRY["sync"] = resilient(trainer_base.TRAINER_REGISTRY["sync"])
+    RolloutReplicaRegistry.register("vllm", _resilient_vllm_replica)

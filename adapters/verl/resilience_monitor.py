@@ -83,6 +83,7 @@ class ResilienceMonitor:
         self.taken = 0
         self.faults = list(faults)
         self.fired: list[dict[str, Any]] = []
+        self.firing: set[int] = set()  # fault indexes fired or being fired (two threads fire)
         self.armed: dict[int, float] = {}  # fault index -> when it fires
         self.slow: dict[str, float] = {}  # worker -> factor
         self.counters: dict[str, int] = {}
@@ -168,13 +169,14 @@ class ResilienceMonitor:
         if reply is not None:
             self.receiver.reply(origin, reply)
         self._arm_faults(now)
+        self._fire_due_faults(now)  # a fault without a delay fires on the beat that arms it
 
     def _exit(self, name: str, pid: int, detail: str) -> None:
         if (name, pid) in self.exited:
             return
         self.exited.add((name, pid))
         self.hook.rlweave_heartbeat(beat=Heartbeat(worker=name, time_s=time.time(), pid=pid, alive=False,
-                                                   detail=detail))
+                                                   step=self.job_step, detail=detail))
 
     # ------------------------------------------------------------------ checks
 
@@ -250,15 +252,12 @@ class ResilienceMonitor:
     # ------------------------------------------------------------------ chaos
 
     def _target_in(self, fault: FaultSpec) -> bool:
-        """Whether the fault's section is running: a rollout worker's is the agent loops'
-        requests in flight (``generate``: mid-generation); another worker's is its own section
+        """Whether the fault's section is running: a rollout worker's is its replica server's
+        (``generate``: requests in flight on that replica); another worker's is its own section
         or the controller's stage."""
         if not fault.section:
             return True
-        if fault.worker.startswith("rollout:"):
-            names = [n for n in self.workers if n.startswith("agent_loop:")]
-        else:
-            names = [fault.worker, CONTROLLER]
+        names = [fault.worker.split("/", 1)[0]] if fault.worker.startswith("rollout:") else [fault.worker, CONTROLLER]
         return any(self.workers.get(n, {}).get("section") == fault.section for n in names)
 
     def _arm_faults(self, now: float) -> None:
@@ -271,8 +270,8 @@ class ResilienceMonitor:
 
     def _fire_due_faults(self, now: float) -> None:
         with self.lock:
-            due = [(i, self.faults[i]) for i, at in self.armed.items() if at <= now
-                   and not any(f["index"] == i for f in self.fired)]
+            due = [(i, self.faults[i]) for i, at in self.armed.items() if at <= now and i not in self.firing]
+            self.firing.update(i for i, _ in due)
         for index, fault in due:
             if fault.action == "slow":
                 with self.lock:

@@ -34,13 +34,31 @@ CRITIC_SECTIONS = ("train_mini_batch", "infer_batch", "save_checkpoint", "load_c
 RESUBMITTED = "requests_resubmitted"
 
 
+def collectives_issued() -> str:
+    """How many collectives this process has issued on its process groups (torch counts them per
+    group): ranks in step agree, and the one behind in a hung group is the one that stopped."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return ""
+    groups = list(dist.distributed_c10d._world.pg_map)
+    return f"collectives#{sum(g._get_sequence_number_for_group() for g in groups)}"
+
+
+def _sender() -> heartbeat.HeartbeatSender | None:
+    sender = heartbeat.current()
+    if sender is not None and sender.collective_probe is None:
+        sender.collective_probe = collectives_issued
+    return sender
+
+
 def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``method`` run as heartbeat section ``name`` (and stretched by a ``slow`` fault)."""
 
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            sender = heartbeat.current()
+            sender = _sender()
             if sender is None:
                 return await method(*args, **kwargs)
             with sender.section(name):
@@ -53,7 +71,7 @@ def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def run(*args: Any, **kwargs: Any) -> Any:
-        sender = heartbeat.current()
+        sender = _sender()
         if sender is None:
             return method(*args, **kwargs)
         with sender.section(name):

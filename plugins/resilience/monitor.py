@@ -16,8 +16,9 @@ monitor decides, on its own clock:
 4. **straggler**: a section's typical time on a worker (median over the last
    ``straggler_window`` steps) against the median over the group's workers. The score is
    reference / own, as in nvidia-resiliency-ext's straggler detector (1 = typical, 0.5 = twice
-   as slow); below ``straggler_threshold`` the worker is a straggler. Sections whose reference
-   is under ``straggler_min_s`` are not scored (their noise is larger than their signal).
+   as slow); below ``straggler_threshold`` the worker is a straggler. A worker is scored once it
+   has ``straggler_min_samples`` timings of the section, and sections whose reference is under
+   ``straggler_min_s`` are not scored at all (their noise is larger than their signal).
 
 Hang localisation (MegaScale's "the ranks that log nothing are the faulty ones"): among the
 hung workers of a group, those that went silent are the culprits, the first to stop first;
@@ -52,8 +53,8 @@ class MonitorPolicy:
     quiet_sections: tuple[str, ...] = ("save_checkpoint", "load_checkpoint")
     straggler_threshold: float = 0.75
     straggler_window: int = 5
-    straggler_min_samples: int = 2
-    straggler_min_s: float = 0.05
+    straggler_min_samples: int = 3
+    straggler_min_s: float = 0.1
 
 
 @dataclass
@@ -118,7 +119,7 @@ class HealthMonitor:
               and (w.name, Health.HUNG) not in self.reported):
             self.gaps[w.group].append(beat.time_s - w.last_s)  # (a hung worker's silence is no sample)
         if not beat.alive:
-            w.alive, w.exit_s, w.detail = False, beat.time_s, beat.detail
+            w.alive, w.exit_s, w.detail, w.step = False, beat.time_s, beat.detail, max(w.step, beat.step)
             return
         if not w.alive:  # beating again after an exit was reported under this pid: start afresh
             self._forget(w.name)

@@ -48,6 +48,8 @@ def rlweave_configure(config: RlweaveConfig) -> None:
 
 
 VERL_REQUIREMENTS = (
+    SettingRequirement("trainer.use_v1", ("True", "true"), "True",
+                       "the recovery is a subclass of verl's v1 trainer", "resilience"),
     SettingRequirement("trainer.v1.trainer_mode", ("sync",), "sync",
                        "recovery redoes the step in flight from the newest snapshot, which verl's "
                        "synchronous loop allows (the async modes keep later prompts in flight)", "resilience"),
