@@ -5,8 +5,8 @@ every step, so at any moment each rank reads a different peer. AllGather+GEMM mu
 own shard first (its signal is set before the GEMM starts), then the shards of rank+1, rank+2,
 ... in the order they arrive. GEMM+ReduceScatter computes the partial of output block rank+1
 first and its own block last: the partial for block ``b`` travels ``b-1 -> b-2 -> ... -> b``,
-each rank adding its own partial on the way (the order gloo's and NCCL's ring reduce-scatter
-sum in, so the ring's result can equal theirs bit for bit).
+each rank adding its own partial on the way (the order gloo's ring reduce-scatter sums in,
+measured: so on gloo the ring's result equals Megatron's bit for bit).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ them on its own threads), and the GEMM of the piece that is there runs meanwhile
 AllGather+GEMM: ``AG(a) @ b``, the own shard first, then rank+1's, ... as they arrive.
 GEMM+ReduceScatter: ``RS(a @ b)``, block rank+1's partial first; each rank adds its partial to
 the accumulator from ``recv_from`` and passes it on, so block ``b`` is summed
-``b-1, b-2, ..., b`` as the collective libraries' ring sums it (equal results, not just close).
+``b-1, b-2, ..., b`` as gloo's ring reduce-scatter sums it (on gloo: equal results, not just close).
 """
 
 from __future__ import annotations
