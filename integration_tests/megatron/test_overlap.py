@@ -96,3 +96,29 @@ def test_transformer_layer_from_rlweave_spec_trains_like_megatrons(ring_ranks):
 def test_symm_mem_backend_with_torchs_reference_ops_no_cuda(tmp_path):
     ranks = run_ranks(2, tmp_path, "symm_mem", RLWEAVE_PLUGIN_MODULES="symm_mem_plan_plugin")
     assert_linears_equal(ranks, "symm_mem")
+
+
+def test_layer_spec_swaps_the_linears_only_while_a_plugin_plans_them(monkeypatch):
+    """Disabled means absent: Megatron's own linear classes in the spec unless the hook has an
+    implementation (in-process, no process group needed to build a spec)."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+
+    from rlweave import host
+    from rlweave.adapters.megatron import layer_spec
+    from rlweave.adapters.megatron.overlap.linears import OverlapColumnParallelLinear, OverlapRowParallelLinear
+
+    for name in [n for n in os.environ if n.startswith("RLWEAVE")]:
+        monkeypatch.delenv(name)
+    host.reset()
+    attention = layer_spec().submodules.self_attention.submodules
+    assert (attention.linear_qkv, attention.linear_proj) == (ColumnParallelLinear, RowParallelLinear)
+    monkeypatch.setenv("RLWEAVE__OVERLAP__ENABLE", "true")
+    host.reset()
+    try:
+        spec = layer_spec()
+        attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp
+        mlp = mlp.keywords["submodules"] if hasattr(mlp, "keywords") else mlp.submodules  # partial or ModuleSpec
+        assert (attention.linear_qkv, attention.linear_proj) == (OverlapColumnParallelLinear, OverlapRowParallelLinear)
+        assert (mlp.linear_fc1, mlp.linear_fc2) == (OverlapColumnParallelLinear, OverlapRowParallelLinear)
+    finally:
+        host.reset()
