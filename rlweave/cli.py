@@ -1,5 +1,5 @@
-"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``demo``, ``models``,
-``chaos``.
+"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``fusion schedule``,
+``demo``, ``models``, ``chaos``.
 
 Commands that need a framework this interpreter lacks re-launch themselves in the environment
 that has it (see :mod:`rlweave.environments`).
@@ -93,6 +93,17 @@ def cmd_demo(args: argparse.Namespace, argv: list[str]) -> int:
         ui = console()
         ui.print(f"frameworks' logs: {out / 'demo.log'}")
         return run_demo(ui, out)
+
+
+def cmd_fusion(args: argparse.Namespace) -> int:
+    from rlweave.plugins.stage_fusion.command import run
+    from rlweave.plugins.stage_fusion.problem import ProblemError
+
+    try:
+        return run(args)
+    except ProblemError as error:
+        print(f"rlweave fusion schedule: {error}", file=sys.stderr)
+        return 2
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -201,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan_command.add_arguments(plan_sub.add_parser(
         "stream", help="StreamRL: generation and training instances per pool, and the predicted step"))
+    fusion = sub.add_parser("fusion", help="RLHFuse: search a fused actor-critic pipeline schedule")
+    from rlweave.plugins.stage_fusion import command as fusion_command
+
+    fusion_command.add_arguments(fusion.add_subparsers(dest="fusion", required=True).add_parser(
+        "schedule", help="the fused schedule, its lower bound and the baselines (simulated)"))
     demo = sub.add_parser("demo", help="the end-to-end showcase on CPU")
     demo.add_argument("--out", default="bench-results/demo")
     trace = sub.add_parser("trace", help="a tracing plugin's folder as a Perfetto trace and a timeline PNG")
@@ -223,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_demo(args, argv)
     if args.command == "plan":
         return cmd_plan(args)
+    if args.command == "fusion":
+        return cmd_fusion(args)
     if args.command == "chaos":
         return cmd_chaos(args, argv)
     if args.command == "trace":
