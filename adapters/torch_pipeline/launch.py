@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import traceback
@@ -32,7 +33,9 @@ def _bootstrap(rank: int, world: int, port: int, cores: Sequence[int] | None,
         torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        results.put((rank, "ok", fn(rank, world, *args)))
+        # pickled here, by value: a tensor put on a queue as is travels as a shared-memory handle
+        # that dies with this process
+        results.put((rank, "ok", pickle.dumps(fn(rank, world, *args))))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as err:  # reported to the parent, which raises it
@@ -57,7 +60,7 @@ def run_world(world: int, fn: Callable[..., Any], *args: Any, cores: Sequence[in
             rank, status, value = results.get(timeout=timeout_s)
             if status == "error":
                 raise RuntimeError(f"pipeline rank {rank} failed: {value}")
-            out[rank] = value
+            out[rank] = pickle.loads(value)
     except queue.Empty:
         raise TimeoutError(f"the {world}-rank pipeline did not finish within {timeout_s:.0f} s") from None
     finally:
