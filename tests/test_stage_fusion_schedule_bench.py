@@ -1,0 +1,37 @@
+"""``rlweave bench fusion-schedule --quick`` end to end (small budget), and bench
+fusion-executor's report on synthetic rank results."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlweave.benchmarks import fusion_executor, fusion_schedule
+from rlweave.plugins.stage_fusion.baselines import separate_1f1b
+from rlweave.plugins.stage_fusion.schedule import Evaluator
+
+
+def test_quick_sweep_reports_ratios_with_their_bound_and_draws(tmp_path):
+    args = argparse.Namespace(quick=True, seconds=0.2, seed=0)
+    result = fusion_schedule.run(args)
+    runs = result.details["runs"]
+    assert len(runs) == result.headline["configs"] == len(fusion_schedule.sweep(True)) == len(result.rows) - 1
+    assert all(r["lower_bound"] <= r["makespan"] <= min(r["greedy"], r["separate_1f1b"]) for r in runs)
+    assert 1 <= result.headline["mean_makespan_over_lb"] <= result.headline["max_makespan_over_lb"]
+    assert result.headline["min_speedup_vs_1f1b"] >= 1 and "SIMULATED" in result.regime
+    assert fusion_schedule.plot(result, tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_executor_report_compares_measured_steps_with_the_simulated_ones():
+    settings = dict(critic_pp=2, micro_batches=2, repeats=2, warmup=1, batch=1, seq=4,
+                    layers_per_stage=1, seed=0)
+    problem = fusion_executor._problem(settings)
+    separate = Evaluator(problem).expand(separate_1f1b(problem)).to_json()
+    orders = {"separate_1f1b": separate, "fused": separate}
+    spans = [[(tuple(e), 0.0, 0.01 if e[3] == "F" else 0.02) for e in order] for order in separate]
+    ranks = [{"times": {"separate_1f1b": [0.2, 0.22], "fused": [0.1, 0.12]}, "spans": s, "orders": orders}
+             for s in spans]
+    result = fusion_executor.report(ranks, settings)
+    assert result.headline["speedup"] == round(0.21 / 0.11, 3)
+    assert result.headline["predicted_speedup"] == 1.0  # the same order twice
+    assert result.details["predicted"]["fused"] == Evaluator(fusion_executor._problem(
+        settings, result.details["costs"])).makespan(separate_1f1b(problem))
