@@ -90,11 +90,12 @@ from verl.trainer.ppo.v1.utils import MetricsAggregator
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.utils.skip import SkipManager
-from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerManager
+from verl.workers.rollout.llm_server import LLMServerManager
 
 from rlweave.adapters.verl.cpu.gloo_checkpoint_engine import GlooCheckpointEngine
 from rlweave.adapters.verl.overlapped_push import OverlappedPush
-from rlweave.adapters.verl.tail_migration import ResumingLLMServerClient, TailMigration
+from rlweave.adapters.verl.resuming_client import ResumingLLMServerClient
+from rlweave.adapters.verl.tail_migration import TailMigration
 from rlweave.host import get_host
 from rlweave.types import DynamicBatchRequest, FusionStep, PromptInfo, SampleRecord, Stage, StreamSettings
 
@@ -347,9 +348,9 @@ class RlweaveStreamTrainer(PPOTrainer):
         return not self._async and get_host().implements("rlweave_migration_plan")
 
     def get_llm_client(self) -> Any:
-        if self._async:  # requests paused for a weight push resume where they stopped
-            return self.llm_server_manager.get_client(client_cls=FullyAsyncLLMServerClient)
-        if self._migrates:  # migrated requests resume on their destination at once
+        """verl's client; where requests are aborted (async: paused for a weight push; migrated)
+        one that resumes them where they stopped, at once."""
+        if self._async or self._migrates:
             return self.llm_server_manager.get_client(client_cls=ResumingLLMServerClient)
         return super().get_llm_client()
 

@@ -11,9 +11,10 @@ that many of the step's samples are still generating, :class:`TailMigration`:
    destination, the least loaded first (its sticky entry to a removed server is dropped);
 2. aborts what the sources run (``abort_all_requests``, verl's partial-rollout pause), so each
    of their requests returns with the tokens it has;
-3. and :class:`ResumingLLMServerClient`, the agent loops' client, resubmits each at once with
-   its prompt and generated tokens and the rest of its token budget: the destination
-   re-prefills them and decodes on (the same tokens under greedy decoding).
+3. and :class:`~rlweave.adapters.verl.resuming_client.ResumingLLMServerClient`, the agent
+   loops' client, resubmits each at once with its prompt and generated tokens and the rest of
+   its token budget: the destination re-prefills them and decodes on (the same tokens under
+   greedy decoding).
 
 When the step's last sample is in, the servers rejoin the balancer and the sources resume.
 
@@ -29,60 +30,13 @@ import logging
 import os
 from typing import Any
 
-import numpy as np
 import ray
 from verl.utils.ray_utils import auto_await
-from verl.workers.rollout.llm_server import LLMServerClient
 
 from rlweave.types import MigrationPlan, RolloutInstance
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)  # what it decides belongs in the run's log, as verl's own INFO lines
-ABORTED = ("aborted", "abort")
-
-
-class ResumingLLMServerClient(LLMServerClient):
-    """verl's client, resubmitting a request that its replica aborted at once, with the tokens
-    it has so far and the rest of its budget, so that an abort is invisible to the agent loop.
-    verl's ``FullyAsyncLLMServerClient`` does the same for partial rollout but waits a second
-    before each resubmission, which would cost more than the tail a migration shortens.
-    Requests that reach a paused replica are parked by the replica until it resumes, so
-    resubmitting at once never spins."""
-
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> Any:
-        budget_key = next((k for k in ("max_tokens", "max_new_tokens") if k in sampling_params), None)
-        budget = sampling_params.get(budget_key) if budget_key else None
-        params = dict(sampling_params)
-        tokens: list[int] = []
-        log_probs: list[float] = []
-        routed: list[Any] = []
-        first_steps, resumed = None, 0
-        while True:
-            output = await super().generate(request_id, prompt_ids=list(prompt_ids) + tokens,
-                                            sampling_params=params, **kwargs)
-            tokens += list(output.token_ids)
-            if output.log_probs is not None:
-                log_probs += list(output.log_probs)
-            if output.routed_experts is not None and len(output.token_ids):
-                routed.append(output.routed_experts[-len(output.token_ids):])
-            if first_steps is None:
-                first_steps = output.extra_fields.get("min_global_steps")
-            if output.stop_reason not in ABORTED:
-                break
-            resumed += 1
-            if budget is not None:
-                params[budget_key] = budget - len(tokens)
-                if params[budget_key] <= 0:
-                    output.stop_reason = "length"
-                    break
-        if resumed:
-            output.token_ids, output.log_probs = tokens, log_probs if output.log_probs is not None else None
-            if routed:
-                output.routed_experts = np.concatenate(routed)
-            output.extra_fields["min_global_steps"] = first_steps
-        output.extra_fields["rlweave_resumed"] = resumed
-        return output
 
 
 def _placement(_actor: Any) -> tuple[str, tuple[str, ...], tuple[int, ...]]:

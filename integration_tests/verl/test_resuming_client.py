@@ -11,7 +11,7 @@ import pytest
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
-from rlweave.adapters.verl.tail_migration import ResumingLLMServerClient
+from rlweave.adapters.verl.resuming_client import ResumingLLMServerClient
 
 
 def test_an_aborted_request_resumes_with_its_tokens_and_the_rest_of_its_budget(monkeypatch):
@@ -34,6 +34,24 @@ def test_an_aborted_request_resumes_with_its_tokens_and_the_rest_of_its_budget(m
     assert out.token_ids == [5, 6, 7, 8, 9] and out.log_probs == pytest.approx([-0.5, -0.6, -0.7, -0.8, -0.9])
     assert out.stop_reason == "length" and out.extra_fields["rlweave_resumed"] == 2
     assert out.extra_fields["min_global_steps"] == 3
+
+
+def test_without_a_budget_the_response_length_is_pinned_across_resumptions(monkeypatch):
+    from types import SimpleNamespace
+
+    budgets = []
+    script = [TokenOutput(token_ids=[3] * 10, log_probs=None, stop_reason="aborted", extra_fields={}),
+              TokenOutput(token_ids=[4] * 6, log_probs=None, stop_reason="length", extra_fields={})]
+
+    async def replica(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        budgets.append(sampling_params.get("max_tokens"))
+        return script[len(budgets) - 1]
+
+    monkeypatch.setattr(LLMServerClient, "generate", replica)
+    client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)
+    client.config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(response_length=16)))
+    out = asyncio.run(client.generate("r3", prompt_ids=[1, 2, 3], sampling_params={"temperature": 1.0}))
+    assert budgets == [16, 6] and len(out.token_ids) == 16  # the server would count from the longer prompt
 
 
 def test_a_request_aborted_at_its_budget_stops_there(monkeypatch):
