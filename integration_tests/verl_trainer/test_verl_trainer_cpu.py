@@ -53,12 +53,18 @@ COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "acto
 
 
 @pytest.fixture(scope="module")
-def sync_run(tmp_path_factory) -> VerlRun:
+def sync_run(tmp_path_factory, user_venv) -> VerlRun:
     """One reproducible, traced, checkpointed run of verl's sync trainer with Heddle's request
     path on, which two tests read (each verl run costs about two minutes of CI, mostly its
-    processes starting)."""
-    return run_verl("grpo", tmp_path_factory.mktemp("sync"), steps=2, save_freq=1, timeout_s=900,
-                    extra=DETERMINISTIC + HEDDLE)
+    processes starting). It runs as a user runs it: rlweave from its wheel in an environment
+    holding verl and vLLM (conftest's ``user_venv``), tracing and the plugin switched on with
+    ``+rlweave.*`` flags on verl's command line."""
+    workdir = tmp_path_factory.mktemp("sync")
+    tracing = ("+rlweave.tracing.enable=true", f"+rlweave.tracing.dir={workdir / 'trace'}")
+    run = run_verl("grpo", workdir, steps=2, save_freq=1, timeout_s=900, trace=False,
+                   extra=DETERMINISTIC + HEDDLE + tracing, python=user_venv.python)
+    run.trace_dir = workdir / "trace"
+    return run
 
 
 @pytest.mark.timeout(1000)
@@ -76,10 +82,12 @@ def test_sync_trainer_trains_with_vllm_cpu_rollout(sync_run):
     stages = {e["name"] for e in events if e["ph"] == "X"}
     assert {"generate", "old_log_prob", "adv", "update_actor", "weight_sync"} <= stages
 
-    # Heddle end to end: both the balancer actor and the agent loops saw the trajectories, and
-    # the priorities the plugin set reached vLLM's scheduler (verl's own path sends 0).
+    # Heddle end to end: rlweave's agent loops reported every trajectory to the balancer actor,
+    # the one process that also places its turns (under verl's request id), and the priorities
+    # the plugin set reached vLLM's scheduler (verl's own path sends 0).
     saw = {e["process"] for e in events if e["name"] == "trajectory_start"}
-    assert len(saw) >= 2, f"trajectories seen by {saw} only: balancer and agent loop expected"
+    assert len(saw) == 1 and not any("agent_loop_worker" in p for p in saw), saw
+    assert any(e["name"] == "trajectory_turn_end" for e in events)
     priorities = [e["args"]["priority"] for e in events if e["name"] == "request"]
     assert priorities and any(p < 0 for p in priorities), priorities[:8]
 
