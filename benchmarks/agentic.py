@@ -128,6 +128,12 @@ class Harness:
         prefill = ray.get(servers[0].prefill_s.remote()) / 1536
         return EngineCostModel.fit([1, self.slots], [one, full], self.slots, prefill)
 
+    def group_of(self, t: Trajectory) -> str:
+        """The group key rlweave's agent loop reports for ``t``'s prompt."""
+        from rlweave.adapters.verl.agent_loop import group_key
+
+        return group_key({"raw_prompt": self.loops.raw_prompt(t), "data_source": t.task})
+
     def balancer(self, policy: str, batch: list[Trajectory]) -> Any:
         """A fresh balancer actor, built as verl's router factory builds it."""
         import ray
@@ -251,11 +257,9 @@ def _simulated(batch: list[Trajectory], state: dict[str, Any], h: Harness, seed:
                ) -> dict[str, float]:
     """SIMULATED at the measured scale, on the measured cost model; the trajectories carry the
     group keys the agent loop reports, so that the warm-up's history applies."""
-    from rlweave.adapters.verl.agent_loop import group_key
     from rlweave.benchmarks.agentic_sim import simulate
 
-    seen = [replace(t, group=group_key({"raw_prompt": h.loops.raw_prompt(t), "data_source": t.task}))
-            for t in batch]
+    seen = [replace(t, group=h.group_of(t)) for t in batch]
 
     def rlweave() -> Any:
         o = build_orchestrator(h.config)

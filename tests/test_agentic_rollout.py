@@ -320,3 +320,56 @@ def test_prediction_quality_is_kendalls_tau_per_turn() -> None:
     q = prediction_quality(RolloutRun(1.0, runs), batch, per_token_s=0.01, min_trajectories=4)
     assert q["first_turn"] == pytest.approx(1.0)
     assert q["per_turn"][1] == {"tau": -1.0, "trajectories": 4}
+
+
+def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> None:
+    """The report path of ``bench agentic`` (ratios, lower bound, tau, simulated rows, plot) on
+    rollouts replayed by the simulator instead of the engines."""
+    import argparse
+    import asyncio
+
+    from rlweave.benchmarks import agentic
+    from rlweave.benchmarks.agentic_rollout import RolloutRun, TrajectoryRun
+    from rlweave.config import build_config
+
+    class SimulatedHarness:
+        instances, slots, cost, state = 2, 4, COST, {}
+        config = build_config(agentic.plugin_settings(COST))
+
+        def group_of(self, t: Trajectory) -> str:
+            return t.group
+
+        async def warm_up(self, history: list[Trajectory]) -> None:
+            self.state = {}
+
+        async def rollout(self, policy: str, batch: list[Trajectory], tag: str = "") -> RolloutRun:
+            o = None if policy == "verl" else build_orchestrator_for(policy, batch)
+            r = simulate(batch, 2, COST, placement="sticky" if o is None else "heddle",
+                         queue="fcfs" if o is None else "priority", orchestrator=o)
+            runs = {t.id: TrajectoryRun(finish_s=r.finish_s[t.id], queued_s=r.queueing_s[t.id],
+                                        tokens=list(t.turn_tokens),
+                                        priorities=[-1000 * (len(t.turn_tokens) - k)
+                                                    for k in range(len(t.turn_tokens))])
+                    for t in batch}
+            return RolloutRun(r.makespan_s, runs)
+
+    def build_orchestrator_for(policy: str, batch: list[Trajectory]) -> TrajectoryOrchestrator:
+        from rlweave.benchmarks.agentic_oracle import oracle_for
+
+        return oracle_for(COST, batch) if policy == "oracle" else TrajectoryOrchestrator(COST)
+
+    args = argparse.Namespace(workload="default", trace=None, history="epoch", prompts=4,
+                              group=2, instances=2, slots=4, repeats=2, cluster_instances=4, seed=0)
+    measured = asyncio.run(agentic._measure_shape(args, "default", SimulatedHarness()))
+    s = measured["summary"]
+    assert set(s["makespan_s"]) == {"verl", "rlweave", "oracle"}
+    assert all(v[1] <= v[0] <= v[2] for v in s["over_lower_bound"].values())
+    assert measured["tokens_identical"] and measured["tau"]["first_turn"] > 0
+    assert {"verl", "rlweave", "oracle", "rlweave_preemptive"} <= set(measured["simulated"])
+    headline = agentic._headline(measured)
+    assert headline["goal_1_15x_where_oracle_1_2x"] in (None, True, False)
+    rows = agentic._rows("default", measured)
+    assert all("SIMULATED" in row[0] for row in rows if row[0].strip().startswith(("SIM", "simulated")))
+    result = agentic.BenchResult({"default": headline}, rows, "regime",
+                                 details={"workloads": {"default": measured}})
+    assert agentic.plot(result, tmp_path / "agentic.png").stat().st_size > 0
