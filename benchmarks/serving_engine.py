@@ -2,17 +2,21 @@
 
 Called by :mod:`rlweave.benchmarks.serving` as ``python -m rlweave.benchmarks.serving_engine
 SPEC OUT``. SPEC (JSON) holds the engine size, the workload (arrival times at unit mean rate,
-prompt and output lengths), the load levels and, optionally, the capacity to load against.
-Every engine runs the same sequence (warm-up, saturation probe, requests run alone, then the
-load levels), so both schedulers meet equally warm engines; the probe's capacity is used when
-SPEC gives none. The scheduler is chosen by the process's environment, exactly as a user's
-engine would read it.
+prompt and output lengths), the load levels, optionally the capacity to load against, and the
+burst sizes. Every engine runs the same sequence (warm-up, saturation probe, requests run
+alone, the load levels, then the bursts), so all schedulers meet equally warm engines; the
+probe's capacity is used when SPEC gives none. A burst submits ``slots + waiting`` equal
+requests at once, so that iterations run with about ``waiting`` requests queued: where rlweave
+observes the engine (``RLWEAVE_SERVING_STEPS``), their rlweave overhead and wall time are read
+from the lines each phase adds. The scheduler is chosen by the process's environment, exactly
+as a user's engine would read it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,6 +25,7 @@ from typing import Any
 VOCAB = 512  # tiny-llama's vocabulary
 # Requests run alone, chosen so prefill and decode costs separate: (prompt_len, output_len).
 ALONE = [(8, 2), (64, 2), (128, 2), (256, 2), (8, 16), (8, 64), (8, 128), (8, 256), (128, 64)]
+BURST_LENGTHS = (32, 32)  # prompt and output tokens of a burst's requests
 
 
 def prompt_ids(index: int, length: int) -> list[int]:
@@ -30,7 +35,7 @@ def prompt_ids(index: int, length: int) -> list[int]:
 
 async def serve(engine: Any, name: str, requests: list[dict], arrival_scale: float) -> list[dict]:
     """Submit ``requests`` at ``arrival_s * arrival_scale`` after now; per request: latency from
-    its arrival to its last token, and the tokens it produced."""
+    its arrival to its first and its last token, and the tokens it produced."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -40,15 +45,47 @@ async def serve(engine: Any, name: str, requests: list[dict], arrival_scale: flo
         arrival = t0 + r["arrival_s"] * arrival_scale
         await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
         params = SamplingParams(temperature=0.0, max_tokens=r["output_len"], ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
-        final = None
-        async for final in engine.generate({"prompt_token_ids": prompt_ids(i, r["prompt_len"])},
-                                           params, request_id=f"{name}-{i}"):
-            pass
-        return {"latency_s": time.perf_counter() - arrival,
-                "tokens": len(final.outputs[0].token_ids), "finish_s": time.perf_counter() - t0}
+                                output_kind=RequestOutputKind.DELTA)
+        first, tokens = None, 0
+        async for out in engine.generate({"prompt_token_ids": prompt_ids(i, r["prompt_len"])},
+                                         params, request_id=f"{name}-{i}"):
+            first = first or time.perf_counter()
+            tokens += len(out.outputs[0].token_ids)
+        end = time.perf_counter()
+        return {"latency_s": end - arrival, "ttft_s": first - arrival, "tokens": tokens,
+                "finish_s": end - t0}
 
     return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+
+
+def steps_logged() -> int:
+    """Iteration lines the observer has written so far (0 where rlweave does not observe)."""
+    path = os.environ.get("RLWEAVE_SERVING_STEPS")
+    return sum(1 for _ in open(path)) if path and os.path.exists(path) else 0
+
+
+async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> None:
+    """The saturation probe (capacity) and requests run alone (the lower bound's costs)."""
+    import numpy as np
+
+    # Requests of the workload's mean lengths, all at once, so that slots stay full until the
+    # end (a heavy-tailed probe would end with its longest requests alone).
+    mean_out = float(np.mean([r["output_len"] for r in workload]))
+    mean_prompt = round(float(np.mean([r["prompt_len"] for r in workload])))
+    # Best of three: a probe disturbed by another process must not set the load levels.
+    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": round(mean_out)}] * 64
+    rates = []
+    for _ in range(3):
+        t = time.perf_counter()
+        done = await serve(engine, "probe", probe, 0.0)
+        rates.append(sum(d["tokens"] for d in done) / (time.perf_counter() - t))
+    out["probe_tokens_per_s"] = max(rates)
+    out["measured_capacity_req_s"] = out["probe_tokens_per_s"] / mean_out
+    out["alone"] = []
+    for prompt_len, output_len in ALONE:  # best of three each, for the same reason
+        r = {"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}
+        best = min([(await serve(engine, "alone", [r], 0.0))[0]["latency_s"] for _ in range(3)])
+        out["alone"].append(dict(r, latency_s=best))
 
 
 async def main(spec: dict) -> dict:
@@ -70,24 +107,9 @@ async def main(spec: dict) -> dict:
     warm = [{"arrival_s": 0.0, "prompt_len": n, "output_len": 8} for n in (8, 32, 64, 128, 256, 16)]
     await serve(engine, "warmup", warm, 0.0)
     workload = spec["workload"]
-    # Saturation probe: requests of the workload's mean lengths, all at once, so that slots stay
-    # full until the end (a heavy-tailed probe would end with its longest requests alone).
-    mean_out = float(np.mean([r["output_len"] for r in workload]))
-    mean_prompt = round(float(np.mean([r["prompt_len"] for r in workload])))
-    # Best of three: a probe disturbed by another process must not set the load levels.
-    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": round(mean_out)}] * 64
-    rates = []
-    for _ in range(3):
-        t = time.perf_counter()
-        done = await serve(engine, "probe", probe, 0.0)
-        rates.append(sum(d["tokens"] for d in done) / (time.perf_counter() - t))
-    out["probe_tokens_per_s"] = max(rates)
-    out["capacity_req_s"] = spec.get("capacity_req_s") or out["probe_tokens_per_s"] / mean_out
-    out["alone"] = []
-    for prompt_len, output_len in ALONE:  # best of three each, for the same reason
-        r = {"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}
-        best = min([(await serve(engine, "alone", [r], 0.0))[0]["latency_s"] for _ in range(3)])
-        out["alone"].append(dict(r, latency_s=best))
+    if spec.get("calibrate", True):
+        await calibrate(engine, workload, out)
+    out["capacity_req_s"] = spec.get("capacity_req_s") or out.get("measured_capacity_req_s")
     out["levels"] = {}
     for level in spec["levels"]:
         requests = workload[: level["requests"]]
@@ -98,6 +120,14 @@ async def main(spec: dict) -> dict:
         print(f"{spec['label']}: load {level['load']} mean normalised latency "
               f"{np.mean([d['latency_s'] / d['tokens'] for d in done]) * 1e3:.2f} ms/token",
               flush=True)
+    out["bursts"] = {}
+    prompt_len, output_len = BURST_LENGTHS
+    for waiting in spec.get("bursts", []):
+        burst = [{"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}]
+        first = steps_logged()
+        await serve(engine, f"burst{waiting}", burst * (spec["max_num_seqs"] + waiting), 0.0)
+        await asyncio.sleep(0.5)  # the engine core writes its buffered lines when it goes idle
+        out["bursts"][str(waiting)] = [first, steps_logged()]
     engine.shutdown()
     return out
 

@@ -244,7 +244,9 @@ class EngineStep:
     start_s: float
     end_s: float
     scheduled: tuple[str, ...] = ()  # ids of the requests the iteration computed
-    schedule_overhead_s: float = 0.0  # rlweave's share of start..end: its decision and applying it
+    # rlweave's own time in start..end: its decision and applying it, and the previous
+    # iteration's observation hooks (this one's are reported with the next)
+    schedule_overhead_s: float = 0.0
     num_recomputed_tokens: int = 0  # tokens of preempted requests this iteration re-prefilled
     num_free_kv_blocks: int = 0  # KV blocks free (or evictable) after the iteration
 

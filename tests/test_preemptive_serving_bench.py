@@ -38,3 +38,41 @@ def test_bad_trace_line_names_the_file_and_line(tmp_path, line, message):
     path.write_text(line + "\n" + '{"arrival_s": 2, "prompt_len": 8, "output_len": 8}\n')
     with pytest.raises(SystemExit, match=message):
         read_trace(path)
+
+
+def fake_run(scale: float, workload: list[dict], levels: list[dict], preempt: bool) -> dict:
+    """An engine run as serving_engine reports it: every latency ``scale`` times a base."""
+    out = {"block_size": 128, "num_kv_blocks": 1000, "max_num_batched_tokens": 2048,
+           "capacity_req_s": 30.0, "alone": [{"prompt_len": p, "output_len": o, "latency_s": 0.001 * p / 10 + 0.002 * o}
+                                             for p, o in ((8, 2), (64, 2), (8, 64), (128, 64))],
+           "levels": {}, "finished": [], "steps": [], "bursts": {}}
+    for level in levels:
+        key = str(level["load"])
+        results = [{"latency_s": scale * 0.003 * r["output_len"], "ttft_s": 0.01, "tokens": r["output_len"],
+                    "finish_s": 10.0 * scale} for r in workload[: level["requests"]]]
+        out["levels"][key] = {"rate_req_s": 30.0 * level["load"], "results": results}
+        if preempt:
+            out["finished"] += [{"request_id": f"load{key}-{i}", "num_preemptions": 1, "num_recomputed_tokens": 0}
+                                for i in range(level["requests"])]
+    if preempt:
+        out["steps"] = ["64 0.004 0.00004 0"] * 10 + ["3 0.003 0.00001 0"] * 5
+        out["bursts"] = {"64": [0, 10], "4": [10, 15]}
+    return out
+
+
+def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
+    import argparse
+
+    from rlweave.benchmarks.serving import report
+
+    workload = synthetic_workload(40, seed=0)
+    levels = [{"load": 0.2, "requests": 20}, {"load": 0.95, "requests": 40}]
+    runs = {"fcfs": [fake_run(2.0, workload, levels, False), fake_run(2.2, workload, levels, False)],
+            "rlweave": [fake_run(1.0, workload, levels, True), fake_run(1.0, workload, levels, True)]}
+    args = argparse.Namespace(uncontended_load=0.2, max_num_seqs=4, trace=None, workload="heavy", repeats=2)
+    result = report(args, ["fcfs", "rlweave"], runs, workload, levels, [0.95], 0)
+    h = result.headline
+    assert h["mean_norm_latency_ratio"] == 2.1 and h["mean_norm_latency_ratio_spread"] == [2.0, 2.2]
+    assert h["throughput_ratio"] == 2.1 and h["preemptions_per_request"] == 1.0
+    assert h["overhead_share_64_waiting"] == 0.01 and h["recomputed_tokens_per_preempted"] == 0.0
+    assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -152,6 +153,7 @@ class RlweaveSchedulerMixin:
         # by id of its SchedulerOutput (with async scheduling the next iteration is scheduled
         # before the previous one returns).
         self._rlweave_started: dict[int, tuple[float, float, int]] = {}
+        self._rlweave_observed_s = 0.0  # the last iteration's observation hooks, not yet reported
         if self._rlweave_decides and can_preempt:
             log.info("rlweave: a preempted request %s", "keeps its KV blocks while the engine has "
                      f"room ({self.kv_cache_config.num_blocks} blocks)" if recompute_reason is None
@@ -190,7 +192,8 @@ class RlweaveSchedulerMixin:
                 held = self._preempt_running(decision.preempt)
         if self._rlweave_parked:
             self._release_parked_for_room()
-        overhead = time.perf_counter() - tick
+        overhead = time.perf_counter() - tick + self._rlweave_observed_s
+        self._rlweave_observed_s = 0.0
         output = super().schedule(throttle_prefills)
         tick = time.perf_counter()
         for request in reversed(held):
@@ -205,6 +208,7 @@ class RlweaveSchedulerMixin:
         result = super().update_from_output(scheduler_output, model_runner_output)
         started = self._rlweave_started.pop(id(scheduler_output), None)
         if started is not None:
+            tick = time.perf_counter()
             start_s, overhead_s, recomputed = started
             self._rlweave.hook.rlweave_engine_step(
                 step=EngineStep(
@@ -220,6 +224,7 @@ class RlweaveSchedulerMixin:
                     num_free_kv_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
                 )
             )
+            self._rlweave_observed_s += time.perf_counter() - tick
         return result
 
     # -- views -------------------------------------------------------------------------------
@@ -239,10 +244,13 @@ class RlweaveSchedulerMixin:
 
     def _move_to_front(self, request_ids: tuple[str, ...]) -> None:
         waiting = self.waiting
+        if not isinstance(waiting, DecidedOrderQueue) or not request_ids:
+            return
         front = [r for r in map(self.requests.get, request_ids)
-                 if r is not None and not r.is_finished() and r.status != RequestStatus.RUNNING]
-        if front and isinstance(waiting, DecidedOrderQueue):
-            waiting.move_to_front([r for r in front if r in waiting])
+                 if r is not None and r.status != RequestStatus.RUNNING and not r.is_finished()]
+        if all(map(operator.is_, front, waiting)):  # already there (a reused decision)
+            return
+        waiting.move_to_front([r for r in front if r in waiting])
 
     def _preempt_running(self, request_ids: tuple[str, ...]) -> list[Request]:
         """Take the listed running requests off the engine, parking each (KV kept) while the

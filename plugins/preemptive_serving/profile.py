@@ -19,12 +19,15 @@ class IterationProfile:
 
     Samples are kept per power-of-two bucket of token counts (``per_bucket`` newest each), so
     the many one-token-per-request decode iterations do not crowd out the few prefills that
-    pin the slope.
+    pin the slope. The line is refitted after ``refit_every`` new samples, not after each (an
+    iteration is one sample, and a fit costs as much as a decision).
     """
 
-    def __init__(self, per_bucket: int = 32, min_samples: int = 8) -> None:
+    def __init__(self, per_bucket: int = 32, min_samples: int = 8, refit_every: int = 64) -> None:
         self.per_bucket = per_bucket
         self.min_samples = min_samples
+        self.refit_every = refit_every
+        self._since_fit = 0
         self._buckets: dict[int, deque[tuple[int, float]]] = {}
         self._fit: tuple[float, float] | None = None
         self.shortest_s = float("inf")
@@ -33,17 +36,24 @@ class IterationProfile:
     def observe(self, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
-        bucket = self._buckets.setdefault(int(tokens).bit_length(), deque(maxlen=self.per_bucket))
-        bucket.append((tokens, seconds))
+        key = int(tokens).bit_length()
+        if key not in self._buckets:  # a new range of token counts: refit at once
+            self._buckets[key] = deque(maxlen=self.per_bucket)
+            self._fit = None
+        self._buckets[key].append((tokens, seconds))
         self.shortest_s = min(self.shortest_s, seconds)
-        self._fit = None
+        self._since_fit += 1
+        if self._since_fit >= self.refit_every:
+            self._fit = None
         if not self.ready:  # once ready it stays so (buckets only fill up)
             self.ready = (len(self._buckets) >= 2
                           and sum(map(len, self._buckets.values())) >= self.min_samples)
+            self._fit = None
 
     def line(self) -> tuple[float, float]:
         """``(fixed_s, per_token_s)``; both clamped at >= 0. Requires :attr:`ready`."""
         if self._fit is None:
+            self._since_fit = 0
             samples = np.array([s for b in self._buckets.values() for s in b], dtype=float)
             per_token, fixed = np.polyfit(samples[:, 0], samples[:, 1], 1)
             self._fit = (max(float(fixed), 0.0), max(float(per_token), 0.0))
