@@ -161,6 +161,8 @@ def level_stats(requests: list[dict], results: list[dict], finished: list[dict],
         "mean_e2e_s": float(e2e.mean()), "p95_e2e_s": float(np.percentile(e2e, 95)),
         "mean_ttft_s": float(np.mean([d["ttft_s"] for d in results])),
         "tokens_per_s": sum(d["tokens"] for d in results) / max(d["finish_s"] for d in results),
+        # how long the engine ran on after the last arrival (a finite run's drain)
+        "drain_s": max(d["finish_s"] for d in results) - max(d["finish_s"] - d["latency_s"] for d in results),
         "complete": all(d["tokens"] == r["output_len"] for d, r in zip(results, requests)),
         "preemptions_per_request": sum(r["num_preemptions"] for r in mine) / len(requests),
         "preempted_requests": len(preempted),
