@@ -70,14 +70,15 @@ class HeartbeatSender:
 
     @contextmanager
     def section(self, name: str, step: int | None = None) -> Iterator[None]:
-        """Time the enclosed block as section ``name``; sections do not nest (an inner one
-        is timed, the outer one resumes as the current section afterwards)."""
+        """Time the enclosed block as section ``name``, beating as it starts; sections do not
+        nest (an inner one is timed, the outer one resumes as the current section afterwards)."""
         outer = (self.current, self.section_start)
         start_wall, start = time.time(), time.monotonic()
         with self._lock:
             if step is not None:
                 self.step = step
             self.current, self.section_start = name, start
+        self.beat_now()
         try:
             yield
         finally:
@@ -115,7 +116,10 @@ class HeartbeatSender:
             time.sleep((self.slow_factor - 1.0) * duration_s)
 
     def set_step(self, step: int) -> None:
+        """A new step begins (the controller's): beat at once, so that the monitor's notion of
+        the job's step is never behind what the workers do."""
         self.step = step
+        self.beat_now()
 
     def entered_collective(self, name: str, seq: int) -> None:
         self.collective = f"{name}#{seq}"

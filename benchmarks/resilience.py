@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=int, default=1500, help="seconds per verl process")
     parser.add_argument("--quick", action="store_true",
                         help="shorter: ETTR with a fault every 120 s over 360 s, one overhead pair of 6 steps")
+    parser.add_argument("--reuse", action="store_true",
+                        help="report the parts measured by earlier runs into --out too (each run keeps its "
+                             "parts in resilience-parts.pkl), so that the parts can be run one at a time")
 
 
 # ----------------------------------------------------------------------------- running verl
@@ -92,13 +95,54 @@ class Campaign:
         return len({s for end, s in self.step_ends if end <= t})
 
 
-def _step_ends(trace_dir: Path) -> tuple[list[tuple[float, int]], float]:
-    from rlweave.tracing import load_events
+class StepWatch:
+    """The steps a running job completes, read from its trace as it grows (only the new bytes of
+    each file, only the lines that matter), so that watching costs the measured job nothing."""
 
-    events = load_events(trace_dir) if trace_dir.exists() else []
-    ends = [(e["ts"] / 1e6, int(e["args"]["step"])) for e in events if e["name"] == "step_end"]
-    starts = [e["ts"] / 1e6 for e in events if e["name"] == "generate" and e["ph"] == "X"]
-    return ends, min(starts, default=0.0)
+    def __init__(self, trace_dir: Path) -> None:
+        self.trace_dir = trace_dir
+        self.offsets: dict[Path, int] = {}
+        self.step_ends: list[tuple[float, int]] = []
+        self.first_step_start = 0.0
+
+    def poll(self) -> None:
+        import json
+
+        for path in sorted(self.trace_dir.glob("*.jsonl")) if self.trace_dir.exists() else ():
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = f.read()
+            complete = data.rfind(b"\n") + 1
+            self.offsets[path] = self.offsets.get(path, 0) + complete
+            for line in data[:complete].splitlines():
+                if b'"step_end"' in line:
+                    e = json.loads(line)
+                    self.step_ends.append((e["ts"] / 1e6, int(e["args"]["step"])))
+                elif b'"generate"' in line and b'"ph": "X"' in line and not self.first_step_start:
+                    self.first_step_start = json.loads(line)["ts"] / 1e6
+        self.step_ends.sort()
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a job's driver and every process it started (Ray's daemons and workers, vLLM's
+    engines), stopped ones included."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for process in tree:
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                process.send_signal(sig)
+            except psutil.NoSuchProcess:
+                break
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple[str, ...], ranks: int,
@@ -115,6 +159,7 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
     trace = work / "trace"
     cmd = verl_command("grpo", work, steps=steps, save_freq=save_freq, ranks=ranks, extra=KEEP + extra)
     c = Campaign(label)
+    watch = StepWatch(trace)
     pending = list(external)
     deadline = time.time() + timeout_s
     proc = None
@@ -126,8 +171,9 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
             proc = subprocess.Popen(cmd, env=verl_env(trace), stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=work)
             c.launches.append(time.time())
-        time.sleep(0.2)
-        c.step_ends, c.first_step_start = _step_ends(trace)
+        time.sleep(0.5)
+        watch.poll()
+        c.step_ends, c.first_step_start = watch.step_ends, watch.first_step_start
         done = {s for _, s in c.step_ends}
         now = time.time()
         for fault in list(pending):
@@ -147,20 +193,21 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
         code = proc.poll()
         if code is not None or window_over or len(done) >= steps or stalled:
             if code is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _kill_tree(proc.pid)
                 proc.wait()
             c.exits.append((time.time(), proc.returncode if code is not None else -9))
             proc = None
             if len(done) >= steps or window_over or code == 0 or not resubmit:
                 break
-    c.step_ends, c.first_step_start = _step_ends(trace)
+    if proc is not None:
+        _kill_tree(proc.pid)
+    watch.poll()
+    c.step_ends, c.first_step_start = watch.step_ends, watch.first_step_start
     from rlweave.tracing import load_events
 
     c.events = load_events(trace) if trace.exists() else []
     for path in log_paths:
         c.steps.update(parse_steps(path.read_text()))
-    if proc is not None:
-        os.killpg(proc.pid, signal.SIGKILL)
     return c
 
 
@@ -299,8 +346,11 @@ def part_ettr(work: Path, args: argparse.Namespace, clean_step_s: float) -> dict
 
 
 def run(args: argparse.Namespace) -> BenchResult:
+    import pickle
+
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    results: dict[str, Any] = {}
+    kept = Path(args.out) / "resilience-parts.pkl"
+    results: dict[str, Any] = pickle.loads(kept.read_bytes()) if args.reuse and kept.exists() else {}
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rlweave-bench-resilience-") as tmp:
         work = Path(tmp)
@@ -319,6 +369,8 @@ def run(args: argparse.Namespace) -> BenchResult:
                     results[name] = part_ettr(work / name, args, clean)
             except Exception as error:  # one part failing must not lose the others
                 errors[name] = f"{type(error).__name__}: {error}"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(pickle.dumps(results))
     return report(results, errors, args)
 
 

@@ -74,3 +74,21 @@ def test_the_report_has_the_issues_headline_and_survives_missing_parts(tmp_path)
     assert png.exists() and (tmp_path / "resilience-heatmap.png").exists()
     empty = bench.report({}, {"faults": "x"}, argparse.Namespace(quick=True))
     assert empty.headline["ettr"] is None
+
+
+def test_the_step_watch_reads_only_what_the_trace_appended(tmp_path):
+    import json
+
+    watch = bench.StepWatch(tmp_path)
+    watch.poll()
+    assert watch.step_ends == [] and watch.first_step_start == 0.0
+    path = tmp_path / "TaskRunner-1.jsonl"
+    lines = [{"name": "generate", "ph": "X", "ts": 5e6, "dur": 1.0, "args": {}},
+             {"name": "step_end", "ph": "i", "ts": 9e6, "args": {"step": 1}}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"name": "step_e')  # a line being written
+    watch.poll()
+    assert watch.step_ends == [(9.0, 1)] and watch.first_step_start == 5.0
+    with path.open("a") as f:
+        f.write('nd", "ph": "i", "ts": 12000000.0, "args": {"step": 2}}\n')
+    watch.poll()
+    assert watch.step_ends == [(9.0, 1), (12.0, 2)]

@@ -253,11 +253,16 @@ class ResilienceMonitor:
 
     def _target_in(self, fault: FaultSpec) -> bool:
         """Whether the fault's section is running: a rollout worker's is its replica server's
-        (``generate``: requests in flight on that replica); another worker's is its own section
-        or the controller's stage."""
+        (``generate``: requests in flight on that replica); a trainer rank's is its own; another
+        worker's is its own or the controller's stage."""
         if not fault.section:
             return True
-        names = [fault.worker.split("/", 1)[0]] if fault.worker.startswith("rollout:") else [fault.worker, CONTROLLER]
+        if fault.worker.startswith("rollout:"):
+            names = [fault.worker.split("/", 1)[0]]
+        elif fault.worker.startswith("trainer:"):
+            names = [fault.worker]  # a trainer rank times its own sections: fire inside one
+        else:
+            names = [fault.worker, CONTROLLER]
         return any(self.workers.get(n, {}).get("section") == fault.section for n in names)
 
     def _arm_faults(self, now: float) -> None:
