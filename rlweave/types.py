@@ -249,6 +249,7 @@ class EngineStep:
     schedule_overhead_s: float = 0.0
     num_recomputed_tokens: int = 0  # tokens of preempted requests this iteration re-prefilled
     num_free_kv_blocks: int = 0  # KV blocks free (or evictable) after the iteration
+    decided: bool = False  # a plugin's rlweave_schedule decision ordered this iteration
 
 
 @dataclass(frozen=True)

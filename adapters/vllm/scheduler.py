@@ -181,6 +181,7 @@ class RlweaveSchedulerMixin:
     def schedule(self, throttle_prefills: bool = False) -> Any:
         started, tick = time.time(), time.perf_counter()
         held: list[Request] = []
+        decided = False
         if self._rlweave_decides and self.waiting:
             decision = self._rlweave.hook.rlweave_schedule(
                 waiting=_WaitingViews(self),
@@ -188,6 +189,7 @@ class RlweaveSchedulerMixin:
                 engine=self._rlweave_engine,
             )
             if decision is not None:
+                decided = True
                 self._move_to_front(decision.waiting_order)
                 held = self._preempt_running(decision.preempt)
         if self._rlweave_parked:
@@ -201,7 +203,7 @@ class RlweaveSchedulerMixin:
         recomputed = self._note_resumed(output.num_scheduled_tokens)
         if output.total_num_scheduled_tokens:
             overhead += time.perf_counter() - tick
-            self._rlweave_started[id(output)] = (started, overhead, recomputed)
+            self._rlweave_started[id(output)] = (started, overhead, recomputed, decided)
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -209,7 +211,7 @@ class RlweaveSchedulerMixin:
         started = self._rlweave_started.pop(id(scheduler_output), None)
         if started is not None:
             tick = time.perf_counter()
-            start_s, overhead_s, recomputed = started
+            start_s, overhead_s, recomputed, decided = started
             self._rlweave.hook.rlweave_engine_step(
                 step=EngineStep(
                     instance_id=self._rlweave_engine.instance_id,
@@ -222,6 +224,7 @@ class RlweaveSchedulerMixin:
                     schedule_overhead_s=overhead_s,
                     num_recomputed_tokens=recomputed,
                     num_free_kv_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
+                    decided=decided,
                 )
             )
             self._rlweave_observed_s += time.perf_counter() - tick

@@ -83,7 +83,8 @@ def check_command_line(argv: list[str]) -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_agentic_rollout_accepts_vllm_and_sglang_with_priority_scheduling(engine):
     check_command_line(["+rlweave.agentic_rollout.enable=true", f"actor_rollout_ref.rollout.name={engine}",
-                        "actor_rollout_ref.rollout.scheduling_policy=priority"])  # does not raise
+                        "actor_rollout_ref.rollout.scheduling_policy=priority",
+                        "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_tool_agent"])  # does not raise
 
 
 @pytest.mark.parametrize(("plugins", "message"), [
@@ -119,7 +120,8 @@ def test_ray_worker_group_on_cpu_calls_the_stage_hook(tmp_path):
 @pytest.mark.timeout(200)
 def test_agentic_rollout_replaces_verls_request_load_balancer(tmp_path):
     """With the flag alone, verl's own factory builds rlweave's balancer (a Ray actor) and
-    every turn is placed by the plugin and reported as trajectory events."""
+    every turn is placed by the plugin. (The trajectory events come from rlweave's agent loops,
+    which report them to this actor: ``test_verl_agent_loops.py``.)"""
     proc = python(str(HERE / "router_script.py"), timeout=180,
                   RLWEAVE__AGENTIC_ROLLOUT__ENABLE="true", RLWEAVE__TRACING__ENABLE="true",
                   RLWEAVE__TRACING__DIR=str(tmp_path))
@@ -129,9 +131,7 @@ def test_agentic_rollout_replaces_verls_request_load_balancer(tmp_path):
     assert all(len(servers) == 3 and set(servers) <= {"server-0", "server-1"}
                for servers in out["turns"].values())
     assert out["status"]["total_inflight"] == 0
-    names = [e["name"] for e in load_events(tmp_path) if e["name"].startswith("trajectory_")]
-    assert names.count("trajectory_start") == 6 and names.count("trajectory_tool_start") == 18
-    assert names.count("trajectory_tool_end") == 12 and names.count("trajectory_finish") == 6
+    assert {s for servers in out["turns"].values() for s in servers} == {"server-0", "server-1"}
 
 
 @pytest.mark.timeout(200)

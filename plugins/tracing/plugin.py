@@ -57,7 +57,7 @@ def rlweave_engine_started(engine: EngineInfo) -> None:
 def rlweave_engine_step(step: EngineStep) -> None:
     tracer.record_span("iteration", step.instance_id, step.start_s * 1e6, step.end_s * 1e6,
                        running=step.num_running, waiting=step.num_waiting,
-                       tokens=step.num_scheduled_tokens)
+                       tokens=step.num_scheduled_tokens, decided=step.decided)
 
 
 @hookimpl
