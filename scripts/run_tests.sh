@@ -23,7 +23,7 @@ run_group vllm .venv-vllm integration_tests/vllm
 run_group megatron .venv-mcore integration_tests/megatron
 run_group pipeline .venv integration_tests/pipeline 600  # fused actor-critic executor, gloo ranks
 run_group sglang .venv-sglang integration_tests/sglang
-run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 5 verl runs, ~2-4 min each
+run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 8 verl runs, ~21 min in all
 
 echo
 .venv/bin/python - "$REPORTS" <<'PY'

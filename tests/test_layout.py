@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -107,3 +108,33 @@ def test_wheel_installs_in_a_fresh_venv_without_any_framework_and_imports_every_
                             capture_output=True, text=True, cwd=tmp_path)
     verl = [r for r in json.loads(doctor.stdout)["Frameworks"] if r["framework"] == "verl"]
     assert [r["status"] for r in verl] == ["not found"]
+
+
+def hookspec_names() -> set[str]:
+    """Every ``rlweave_*`` hookspec the contract declares."""
+    return {node.name for path in (ROOT / "rlweave" / "hookspecs").glob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("rlweave_")}
+
+
+def hook_calls(folders: tuple[str, ...]) -> set[str]:
+    """The hook names called through a plugin manager's ``hook`` relay in ``folders``
+    (``host.hook.<name>(...)``, ``hook.<name>(...)``, ``pm.hook.<name>.call_historic(...)``)."""
+    return {name for folder in folders for path in (ROOT / folder).rglob("*.py")
+            for name in re.findall(r"\bhook\.(rlweave_\w+)", path.read_text())}
+
+
+def hook_implementations() -> set[str]:
+    """The hook names a plugin implements (a function of that name in ``plugins/``)."""
+    return {node.name for path in (ROOT / "plugins").rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("rlweave_")}
+
+
+def test_every_hookspec_has_a_caller_and_a_plugin_that_implements_it():
+    """A hookspec exists only where an adapter (or the core, for lifecycle hooks) calls it and a
+    plugin implements it: no dead contract."""
+    specs = hookspec_names()
+    assert specs - hook_calls(("adapters", "rlweave")) == set(), "hookspecs nobody calls"
+    assert specs - hook_implementations() == set(), "hookspecs no plugin implements"
+    assert hook_implementations() - specs == set(), "plugin hooks the contract does not declare"

@@ -29,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ppo_workload import LENGTHS, ROLLOUT_PLUGINS, ppo_extra
+
+from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.tiny_models import ensure_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +75,32 @@ def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UserVenv]:
         yield UserVenv(root, python, tmp)
     finally:
         shutil.rmtree(root if root.parent == tmp else root.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def critic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One critic for every run of the PPO workload: verl draws a value head at random where the
+    checkpoint has none, and two runs' processes draw it differently."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    source, path = ensure_tiny_model("tiny-llama"), tmp_path_factory.mktemp("critic")
+    torch.manual_seed(0)
+    AutoModelForTokenClassification.from_pretrained(source, num_labels=1).save_pretrained(path)
+    AutoTokenizer.from_pretrained(source).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sync_run(tmp_path_factory: pytest.TempPathFactory, user_venv: UserVenv, critic: Path) -> VerlRun:
+    """verl's sync trainer on the PPO workload, traced and checkpointed, with Heddle and FastServe
+    on: the run three tests compare with (each verl run costs about two minutes of CI, mostly its
+    processes starting). It runs as a user runs it: rlweave from its wheel in an environment
+    holding verl and vLLM, tracing and the plugins switched on with ``+rlweave.*`` flags on
+    verl's command line."""
+    workdir = tmp_path_factory.mktemp("sync")
+    tracing = ("+rlweave.tracing.enable=true", f"+rlweave.tracing.dir={workdir / 'trace'}")
+    run = run_verl("ppo_critic_ref", workdir, steps=2, save_freq=1, timeout_s=900, trace=False, output_lens=LENGTHS,
+                   extra=ppo_extra(workdir, critic) + ROLLOUT_PLUGINS + tracing, python=user_venv.python)
+    run.trace_dir = workdir / "trace"
+    return run

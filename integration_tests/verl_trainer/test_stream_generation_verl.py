@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from ppo_workload import SCHEDULING_PLUGINS
 
 from rlweave.benchmarks.verl_runs import run_verl
 from rlweave.tracing import load_events
@@ -37,9 +38,10 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
     (verl's default): each mini-batch's optimizer step runs as soon as it is prepared, and each
     later mini-batch's old log-probs are computed with the generating weights swapped back in,
     so they stay those of the rollout even at a learning rate that moves the policy far in one
-    step: still on-policy. The next step's prompts go out when the step's last sample is in."""
-    run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600, extra=STREAMED + LONG + FAST_LR,
-                   output_lens=SKEWED, pin_cores=True)
+    step: still on-policy. The next step's prompts go out when the step's last sample is in.
+    Heddle and FastServe run in the same job: the plugins compose."""
+    run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600,
+                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS, output_lens=SKEWED, pin_cores=True)
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2]
     for step, m in run.steps.items():
@@ -66,6 +68,9 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
         if samples and updates:
             overlapped.append(min(updates) < max(samples))
     assert any(overlapped), overlapped
+    priorities = [e["args"]["priority"] for e in events if e["name"] == "request"]
+    assert any(p < 0 for p in priorities), priorities[:8]  # Heddle's priorities reached vLLM
+    assert any(e["args"].get("decided") for e in events if e["name"] == "iteration")  # FastServe's order
 
 
 @pytest.mark.timeout(700)
@@ -73,9 +78,12 @@ def test_disaggregated_async_stays_within_one_version_and_drops_no_tail_group(tm
     """Async, staleness 1, on a standalone pool with the weight push overlapping the next step:
     every step trains on all its samples in whole groups, none more than one version old, and
     no group is dropped for staleness (each step keeps room for the groups at their last
-    chance, the long ones that finish last)."""
+    chance, the long ones that finish last). The actor is Mixtral-style and its weights reach
+    the standalone replica through rlweave's gloo checkpoint engine: verl maps only Qwen-style
+    MoE names, and rlweave's verl_mixtral_weight_names patch makes them load into vLLM's
+    Mixtral (otherwise the first push hangs)."""
     run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600, extra=STREAMED_UPDATES,
-                   output_lens=SKEWED, pin_cores=True)
+                   output_lens=SKEWED, pin_cores=True, model_name="tiny-mixtral")
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2, 3]
     for step, m in run.steps.items():
