@@ -73,9 +73,15 @@ def rebalance_before_step(model: Any, micro_batches: Sequence[Any], tf_config: A
     experts with their weights and ``optimizer`` state. Returns the experts moved."""
     module = _as_module(model)
     layers = balanced_layers(module)
+    if not layers:
+        raise RuntimeError(
+            "rlweave.replay_balance is enabled but verl's Megatron model has no ReplayBalancedMoELayer: "
+            "verl 0.9 builds its model from Megatron's own layer spec, not rlweave's. Build the model "
+            "with rlweave.adapters.megatron.layer_spec (docs/replay_balance.md), or disable "
+            "rlweave.replay_balance")
     routes = [mb.get("routed_experts", None) for mb in micro_batches]
-    if not layers or not routes or any(r is None for r in routes):
-        return 0  # no ReLibra layer, or no replay data (verl itself refuses to replay then)
+    if not routes or any(r is None for r in routes):
+        return 0  # no replay data (verl itself refuses to replay then)
     from megatron.core import parallel_state as mpu
 
     if mpu.get_tensor_model_parallel_world_size() > 1 or mpu.get_context_parallel_world_size() > 1:

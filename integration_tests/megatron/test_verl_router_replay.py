@@ -95,3 +95,12 @@ def test_only_a_training_call_of_a_replaying_engine_rebalances(monkeypatch, repl
     finally:
         revert()
     assert calls == ([(["chunk"], ["mb0", "mb1"], "cfg", "opt")] if step_tier else [])
+
+
+def test_a_verl_model_without_relibra_layers_is_refused_not_left_unbalanced():
+    """verl 0.9 builds its Megatron model from Megatron's own spec: with the plugin on, the step
+    stops with the cause and the fix instead of training unbalanced as if nothing were enabled."""
+    from rlweave.adapters.verl import router_replay
+
+    with pytest.raises(RuntimeError, match="no ReplayBalancedMoELayer.*layer_spec"):
+        router_replay.rebalance_before_step(torch.nn.Linear(2, 2), [{"routed_experts": None}], None)
