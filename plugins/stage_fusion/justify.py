@@ -17,6 +17,7 @@ passes cost ``O(tasks * gaps per GPU)``.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Sequence
 
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem
@@ -133,3 +134,44 @@ class TaskGraph:
                 placed[x] = True
                 out.append(x)
         return out
+
+    def decode_capped(self, priority: Sequence[int], cap: int) -> list[float] | None:
+        """Start times from a priority list by parallel list scheduling under a memory cap:
+        whenever a GPU is idle it starts its first ready task in list order, a forward only
+        while fewer than ``cap`` activations are resident there (a backward frees its own).
+        Insertion cannot be used here, since a task placed in an earlier gap would change the
+        activations resident after it. ``None`` if the cap deadlocks the order."""
+        rank = [0] * self.n
+        for r, t in enumerate(priority):
+            rank[t] = r
+        forwards: list[list[tuple[int, int]]] = [[] for _ in range(self.gpus)]
+        backwards: list[list[tuple[int, int]]] = [[] for _ in range(self.gpus)]
+        for t in range(self.n):
+            if self.pred[t] < 0:
+                heapq.heappush(forwards[self.gpu[t]], (rank[t], t))
+        start, resident, busy = [0.0] * self.n, [0] * self.gpus, [False] * self.gpus
+        events: list[tuple[float, int]] = []
+        now, done = 0.0, 0
+        while done < self.n:
+            for g in range(self.gpus):
+                if busy[g]:
+                    continue
+                fwd, bwd = forwards[g], backwards[g]
+                can_fwd = bool(fwd) and resident[g] < cap
+                if not can_fwd and not bwd:
+                    continue
+                use_bwd = bool(bwd) and (not can_fwd or bwd[0][0] < fwd[0][0])
+                _, t = heapq.heappop(bwd if use_bwd else fwd)
+                resident[g] += -1 if use_bwd else 1
+                start[t], busy[g] = now, True
+                heapq.heappush(events, (now + self.duration[t], t))
+            if not events:
+                return None
+            now, t = heapq.heappop(events)
+            busy[self.gpu[t]] = False
+            done += 1
+            s = self.succ[t]
+            if s >= 0:
+                g, kind, _ = self.key[s]
+                heapq.heappush(backwards[g] if kind & 1 else forwards[g], (rank[s], s))
+        return start

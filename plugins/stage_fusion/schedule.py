@@ -159,6 +159,18 @@ class Evaluator:
                     peaks[g, j] = live[j]
         return peaks
 
+    @staticmethod
+    def resident_peak(orders: Sequence[Order]) -> np.ndarray:
+        """[gpus]: the most activations of both models resident together on each GPU (what a
+        memory cap bounds; the two models' peaks need not coincide)."""
+        peaks = np.zeros(len(orders), dtype=np.int64)
+        for g, order in enumerate(orders):
+            live = 0
+            for kind, _ in order:
+                live += -1 if kind & 1 else 1
+                peaks[g] = max(peaks[g], live)
+        return peaks
+
     # conversion between compact orders and tasks
     def compact(self, schedule: FusedPipelineSchedule) -> list[Order]:
         problem = self.problem

@@ -8,6 +8,10 @@ with insertion and compacted by forward–backward improvement (:mod:`.justify`)
    iterated local search: perturb the incumbent's start times with uniform noise of a random
    width (half to four task lengths), decode that order, justify it, and keep the result if it
    is no longer than the incumbent (equal ones too, to walk plateaus). Stop at the lower bound.
+With a memory cap (the most micro-batch activations of both models resident together on a
+GPU), a candidate is first judged by how far it exceeds the cap, then by its makespan: the
+search walks down from separate 1F1B's memory towards the cap, and shortens within it.
+
 2. **Memory.** At the best makespan, lower the activation peaks: start from the better of the
    incumbent and its as-late-as-possible twin (forwards pushed towards their backwards), then,
    swap a forward with the next task of another kind on its GPU, and now and then move the
@@ -32,7 +36,7 @@ import numpy as np
 from rlweave.plugins.stage_fusion.baselines import greedy, separate_1f1b
 from rlweave.plugins.stage_fusion.bounds import LowerBound, lower_bound
 from rlweave.plugins.stage_fusion.justify import EPS, TaskGraph
-from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem
+from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, ProblemError
 from rlweave.plugins.stage_fusion.schedule import Evaluator, FusedPipelineSchedule, Order
 
 TASKS_PER_SECOND = 400_000  # task placements per second here (decode ~ simulation)
@@ -49,12 +53,17 @@ class SearchResult:
     separate_1f1b: float
     greedy: float
     seconds: float
+    memory_cap: int | None = None
+    resident_peak: int = 0  # the most activations of both models together on one GPU
+    separate_1f1b_resident_peak: int = 0
 
     def to_json(self) -> dict[str, object]:
         """The fields of ``rlweave fusion schedule --json``."""
         return {"makespan": self.makespan, "lower_bound": self.lower_bound.value,
                 "separate_1f1b": self.separate_1f1b, "greedy": self.greedy,
-                "peak_memory": self.peak_memory.tolist(), "seconds": round(self.seconds, 3),
+                "peak_memory": self.peak_memory.tolist(), "resident_peak": self.resident_peak,
+                "separate_1f1b_resident_peak": self.separate_1f1b_resident_peak,
+                "memory_cap": self.memory_cap, "seconds": round(self.seconds, 3),
                 "schedule": self.schedule.to_json()}
 
 
@@ -67,53 +76,87 @@ class _Budget:
         return self.left > 0
 
 
-def search(problem: FusedPipelineProblem, seconds: float = 10.0, seed: int = 0) -> SearchResult:
-    """The best fused schedule found within the budget (see the module docstring)."""
+def search(problem: FusedPipelineProblem, seconds: float = 10.0, seed: int = 0,
+           memory_cap: int | None = None) -> SearchResult:
+    """The best fused schedule found within the budget (see the module docstring), holding at
+    most ``memory_cap`` activations on any GPU; :class:`ProblemError` if none was found."""
     t0 = time.perf_counter()
+    if memory_cap is not None and (isinstance(memory_cap, bool) or not isinstance(memory_cap, int) or memory_cap < 1):
+        raise ProblemError(f"the memory cap (--memory-cap) must be a positive number of micro-batch activations, "
+                           f"got {memory_cap!r}.")
     graph, evaluator, bound = TaskGraph(problem), Evaluator(problem), lower_bound(problem)
+    excess = _Excess(graph, memory_cap)
     baselines = {"separate_1f1b": separate_1f1b(problem), "greedy": greedy(problem)}
     makespans = {name: evaluator.makespan(orders) for name, orders in baselines.items()}
     budget = _Budget(seconds * TASKS_PER_SECOND)
     memory_units = seconds * TASKS_PER_SECOND * MEMORY_SHARE
-    best_makespan, best_start = min((graph.justify(graph.starts(o)) for o in baselines.values()),
-                                    key=lambda r: r[0])
+    raw = [graph.starts(o) for o in baselines.values()]  # as they are, too: justifying adds memory
+    candidates = [graph.justify(start) for start in raw] + [(graph.makespan(start), start) for start in raw]
+    best_makespan, best_start = min(candidates, key=lambda r: (excess.of_start(r[1]), r[0]))
     budget.spend(4 * graph.n)
     rng = random.Random(seed)
     best_makespan, best_start = _shorten(graph, bound.value, best_makespan, best_start, rng,
-                                         budget, budget.left - memory_units)
-    orders = _renumber(evaluator, _lower_memory(graph, evaluator, best_makespan, best_start, rng, budget))
+                                         budget, budget.left - memory_units, excess)
+    orders = _renumber(evaluator, _lower_memory(graph, evaluator, best_makespan, best_start, rng, budget, excess))
     schedule = evaluator.expand(orders)
     makespan = evaluator.makespan(orders)
     assert makespan is not None and makespan <= best_makespan + EPS
+    peak, separate_peak = (int(evaluator.resident_peak(o).max()) for o in (orders, baselines["separate_1f1b"]))
+    if memory_cap is not None and peak > memory_cap:
+        raise ProblemError(f"no fused schedule holding at most {memory_cap} micro-batch activations on a GPU was "
+                           f"found: the best holds {peak} (separate 1F1B holds {separate_peak}). Raise --memory-cap, "
+                           f"or give the search more --seconds.")
     return SearchResult(schedule, makespan, evaluator.peak_memory(orders), bound,
-                        makespans["separate_1f1b"], makespans["greedy"], time.perf_counter() - t0)
+                        makespans["separate_1f1b"], makespans["greedy"], time.perf_counter() - t0,
+                        memory_cap, peak, separate_peak)
+
+
+class _Excess:
+    """How far a schedule's most resident activations on a GPU exceed the cap (0 without one)."""
+
+    def __init__(self, graph: TaskGraph, cap: int | None) -> None:
+        self.graph, self.cap = graph, cap
+
+    def of_orders(self, orders: list[Order]) -> int:
+        return 0 if self.cap is None else max(0, int(Evaluator.resident_peak(orders).max()) - self.cap)
+
+    def of_start(self, start: list[float]) -> int:
+        return 0 if self.cap is None else self.of_orders(self.graph.orders(start))
 
 
 def _shorten(graph: TaskGraph, bound: float, makespan: float, start: list[float],
-             rng: random.Random, budget: _Budget, keep: float) -> tuple[float, list[float]]:
-    """Phase 1: iterated perturb–decode–justify until the bound or until ``keep`` units are left."""
+             rng: random.Random, budget: _Budget, keep: float, excess: _Excess) -> tuple[float, list[float]]:
+    """Phase 1: iterated perturb–decode–justify until the bound (within the cap) or until
+    ``keep`` units are left; a candidate is judged by its excess over the cap, then its makespan."""
     widest = max(graph.duration)
-    while makespan > bound + EPS and budget.left > keep:
+    over = excess.of_start(start)
+    while (makespan > bound + EPS or over) and budget.left > keep:
+        budget.spend(3 * graph.n)  # one decode, one backward and one forward pass at least
         width = rng.choice(NOISE_WIDTHS) * widest
         noisy = [s + rng.random() * width for s in start]
         order = graph.topological(sorted(range(graph.n), key=noisy.__getitem__))
         candidate, candidate_start = graph.justify(graph.decode(order))
-        budget.spend(3 * graph.n)  # one decode, one backward and one forward pass at least
-        if candidate <= makespan + EPS:
-            makespan, start = candidate, candidate_start
+        candidate_over = excess.of_start(candidate_start)
+        if candidate_over and excess.cap is not None:  # decode it within the cap instead
+            capped = graph.decode_capped(order, excess.cap)
+            if capped is None:
+                continue
+            candidate, candidate_start, candidate_over = graph.makespan(capped), capped, excess.of_start(capped)
+        if candidate_over < over or (candidate_over == over and candidate <= makespan + EPS):
+            makespan, start, over = candidate, candidate_start, candidate_over
     return makespan, start
 
 
 def _lower_memory(graph: TaskGraph, evaluator: Evaluator, makespan: float, start: list[float],
-                  rng: random.Random, budget: _Budget) -> list[Order]:
+                  rng: random.Random, budget: _Budget, excess: _Excess) -> list[Order]:
     """Phase 2: the lowest-memory orders found that keep ``makespan``."""
     late = graph.decode(sorted(range(graph.n), key=lambda t: -start[t] - graph.duration[t]),
                         forward=False, horizon=makespan)
     budget.spend(graph.n)
     valid = [o for o in (graph.orders(start), graph.orders(late))
              if (evaluator.makespan(o) or np.inf) <= makespan + EPS]
-    orders = min(valid, key=lambda o: _memory_key(evaluator, o))
-    key = _memory_key(evaluator, orders)
+    orders = min(valid, key=lambda o: (excess.of_orders(o), *_memory_key(evaluator, o)))
+    key = (excess.of_orders(orders), *_memory_key(evaluator, orders))
     peaks = [(g, j) for g in range(graph.gpus) for j in (0, 1)]
     stale, patience = 0, 40 * graph.gpus
     while stale < patience and budget.left > 0:
@@ -134,7 +177,7 @@ def _lower_memory(graph: TaskGraph, evaluator: Evaluator, makespan: float, start
         if trial is None:
             continue
         budget.spend(graph.n)
-        candidate = _memory_key(evaluator, trial)
+        candidate = (excess.of_orders(trial), *_memory_key(evaluator, trial))
         if candidate <= key and (evaluator.makespan(trial) or np.inf) <= makespan + EPS:
             stale = 0 if candidate < key else stale
             orders, key = trial, candidate
