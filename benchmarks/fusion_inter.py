@@ -20,8 +20,9 @@ core each (``RLWEAVE_CPU_PIN_DEVICES=1``):
 
 The contended regime has ``--slots`` sequences per instance; the uncontended one fits every
 sample (verl sync and fused). Reported per run: the generation+inference stage per step (verl:
-its ``gen``, ``reward``, ``old_log_prob``, ``ref`` and ``values`` timings; rlweave: from the
-batch's submission to the last sample's inference, ``rlweave/stream/stage_s``), seconds per
+its ``gen``, ``reward``, ``old_log_prob``, ``ref`` and ``values`` timings; rlweave: from when
+the engines could start on the batch (its submission, or the weight push that reopens them,
+whichever is later) to the last sample's inference, ``rlweave/stream/stage_s``), seconds per
 step by wall clock (steps after the first), the threshold chosen and samples migrated, the cost
 model's predicted stage (MODELLED) and its error, and the lower bound: the longest sample's
 generation alone plus its own inference. ``--repeats N`` interleaves the runs (A B C A B C ...);

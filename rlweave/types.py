@@ -159,7 +159,8 @@ class FusionStep:
     ``samples`` it generates on ``instances``, the mean prompt tokens (what a migrated sample
     re-prefills beside its output), and the inference seconds per sample measured on the step
     before, with no instance decoding on the trainer's devices and beside one (``shared_``;
-    0: none measured yet)."""
+    0: none measured yet). The trainer infers ``inference_batch`` samples at a time: a batch
+    starts once all of its samples have finished."""
 
     step: int
     samples: int
@@ -167,6 +168,7 @@ class FusionStep:
     prompt_len: int = 0
     inference_s_per_sample: float = 0.0
     shared_inference_s_per_sample: float = 0.0
+    inference_batch: int = 1
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,16 @@ def test_inference_follows_each_sample_and_the_stage_ends_with_the_last_ones() -
     assert simulate_stage([2, 2], instances(False, slots=1), SECOND, InferenceCost(0.5)) == pytest.approx(4.5)
 
 
+def test_the_trainer_infers_a_dynamic_batch_once_all_its_samples_are_in() -> None:
+    # Batches of two: the samples ending at 1 s and 2 s go together at 2 s, the one ending at
+    # 4 s alone (the step's last), after the first batch is done at 3 s.
+    assert simulate_stage([1, 2, 4], instances(False), SECOND, InferenceCost(0.5, batch=2)) == pytest.approx(4.5)
+    # One batch of all three: it waits for the last sample, then takes 1.5 s.
+    assert simulate_stage([1, 2, 4], instances(False), SECOND, InferenceCost(0.5, batch=3)) == pytest.approx(5.5)
+    with pytest.raises(ValueError, match="batch >= 1"):
+        InferenceCost(0.5, batch=0)
+
+
 def test_an_engine_on_the_trainers_devices_and_the_inference_slow_each_other() -> None:
     # The 1-token sample ends at 1 s; its inference (1 s alone) shares the device with the
     # 5-token sample, both at half speed, until the inference is done at 3 s (the engine made

@@ -54,6 +54,7 @@ class OverlappedPush:
         self._pending: Future[Any] | None = None
         self._gate_closed = False  # by close_gate, ahead of the next stage_and_pause
         self.background_s = 0.0  # how long the last finished push's rollout side took
+        self.resumed_at = 0.0  # perf_counter when the last push resumed generation
 
     def close_gate(self) -> None:
         """Close the replicas' submission gates now (aborting what they run): from here on a
@@ -109,4 +110,5 @@ class OverlappedPush:
         ray.get(rollout.update_weights(global_steps=global_steps))
         self.manager.resume_kv_cache_replicas()
         self.manager.resume_generation_replicas()
-        self.background_s = time.perf_counter() - start
+        self.resumed_at = time.perf_counter()
+        self.background_s = self.resumed_at - start

@@ -443,7 +443,8 @@ class RlweaveStreamTrainer(PPOTrainer):
             self._add_batch_to_generate()
             self._submitted_at = time.perf_counter()
         self._next_batch_submitted = False
-        self._plan_migration(metrics)
+        submitted_at = self._submitted_at  # the next step's early submission below moves it
+        self._plan_migration(metrics, self._take_unit(streamed_updates) * self._group)
         last_taken = time.perf_counter()
         inference: dict[bool, list[tuple[float, int]]] = {True: [], False: []}  # free? -> (s, samples)
         aggregator = MetricsAggregator()
@@ -480,8 +481,9 @@ class RlweaveStreamTrainer(PPOTrainer):
             tags += part.tags
             aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
         batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags)  # the updates set their extra_info
-        if not self._async:  # generation + inference, from the batch's submission
-            metrics[f"{METRIC}/stage_s"] = time.perf_counter() - self._submitted_at
+        if not self._async:  # generation + inference, from when the engines could start on the batch
+            began = max(submitted_at, self._push.resumed_at if self._push is not None else 0.0)
+            metrics[f"{METRIC}/stage_s"] = time.perf_counter() - began
         self._inference_s_per_sample = {free: sum(t for t, _ in runs) / sum(n for _, n in runs) if runs else 0.0
                                         for free, runs in inference.items()}
         self._prompt_len = round(statistics.mean(int(t.get("prompt_len", 0)) for t in tags))
@@ -538,15 +540,16 @@ class RlweaveStreamTrainer(PPOTrainer):
             sizes.append(ref.ref.log_prob_micro_batch_size_per_gpu)
         return [int(n) for n in sizes if n] or [1]
 
-    def _plan_migration(self, metrics: dict) -> None:
+    def _plan_migration(self, metrics: dict, inference_batch: int) -> None:
         """Ask the plugins whether this step's tail migrates (``rlweave_migration_plan``), and
-        watch for the threshold at every poll."""
+        watch for the threshold at every poll. ``inference_batch``: samples per dynamic batch."""
         if self._migration is None:
             return
         step = FusionStep(step=self.global_steps, samples=self._per_step * self._group,
                           instances=self._migration.instances, prompt_len=self._prompt_len,
                           inference_s_per_sample=self._inference_s_per_sample[True],
-                          shared_inference_s_per_sample=self._inference_s_per_sample[False])
+                          shared_inference_s_per_sample=self._inference_s_per_sample[False],
+                          inference_batch=inference_batch)
         plan = get_host().hook.rlweave_migration_plan(step=step)
         self._migration.start_step(plan)
         metrics[f"{FUSION_METRIC}/threshold"] = float(plan.threshold if plan else 0)

@@ -82,7 +82,8 @@ def rlweave_migration_plan(step: FusionStep) -> MigrationPlan | None:
     if per_sample <= 0:
         lengths = []  # no inference measured yet: nothing to predict with
     sources, others = roles(step.instances)
-    plan = plan_migration(step, lengths, state.engine, InferenceCost(per_sample or 1.0, state.shared_slowdown),
+    cost = InferenceCost(per_sample or 1.0, state.shared_slowdown, max(1, step.inference_batch))
+    plan = plan_migration(step, lengths, state.engine, cost,
                           threshold=state.threshold, seed=step.step)
     if plan is None:
         why = ("no instance runs on the trainer's devices, so none would free them" if not sources else

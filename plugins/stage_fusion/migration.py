@@ -13,14 +13,16 @@ here by simulating one step on a cost model fitted to measured profiles, not set
 
 - :class:`EngineCost`: seconds per decode iteration ``base_s + per_seq_s * b`` with ``b``
   sequences running, re-prefill seconds per token, batch slots;
-- :class:`InferenceCost`: inference seconds per sample on a device no engine decodes on, and
-  the slowdown of both the inference and the engine while they share a device;
+- :class:`InferenceCost`: inference seconds per sample on a device no engine decodes on, the
+  slowdown of both the inference and the engine while they share a device, and how many
+  samples the trainer infers at a time (its dynamic batch: a batch waits for its last sample,
+  so the step's last batch starts only when generation ends);
 - the step's output lengths: the previous step's, as the plugin saw them finish (RL steps draw
   from one dataset; the first step, with none seen, does not migrate).
 
 :func:`simulate_stage` plays one step event by event: each instance runs continuous batching
 over the samples verl's balancer gives it (least in flight first, so in turn), the trainer
-infers finished samples first come first served, and an instance that shares the trainer's
+infers finished samples first come first served, a dynamic batch at a time, and an instance that shares the trainer's
 devices and the trainer slow each other down while both run. At the threshold, the unfinished
 samples of the source instances join the destinations after their re-prefill. The stage ends
 when the last sample's inference does. :func:`plan_migration` tries every threshold and
@@ -68,10 +70,11 @@ class InferenceCost:
 
     per_sample_s: float
     shared_slowdown: float = 2.0
+    batch: int = 1  # samples inferred together; a batch starts once all of them have finished
 
     def __post_init__(self) -> None:
-        if self.per_sample_s <= 0 or self.shared_slowdown < 1:
-            raise ValueError(f"bad InferenceCost {self}: per_sample_s > 0 and shared_slowdown >= 1")
+        if self.per_sample_s <= 0 or self.shared_slowdown < 1 or self.batch < 1:
+            raise ValueError(f"bad InferenceCost {self}: per_sample_s > 0, shared_slowdown >= 1 and batch >= 1")
 
 
 @dataclass
@@ -112,7 +115,7 @@ def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance],
             if e.running[s] == 0:
                 del e.running[s]
                 unfinished -= 1
-                inferer.arrive()
+                inferer.arrive(last=unfinished == 0)
         _start_waiting(e, left)
         delay = 0.0
         if not migrated and unfinished <= threshold:
@@ -176,12 +179,14 @@ def _migrate(engines: list[_Instance], dest: set[int], left: np.ndarray, lengths
 
 class _Inference:
     """The trainer's inference queue: finished samples in arrival order, ``per_sample_s`` each,
-    ``shared_slowdown`` times slower while an instance on its devices decodes."""
+    released to the trainer a dynamic batch (``cost.batch`` samples, or the step's last ones)
+    at a time, ``shared_slowdown`` times slower while an instance on its devices decodes."""
 
     def __init__(self, cost: InferenceCost) -> None:
         self.cost = cost
         self.now = 0.0
-        self.queued = 0.0  # work (seconds on free devices) not yet done
+        self.queued = 0.0  # work (seconds on free devices) released to the trainer, not yet done
+        self.gathering = 0  # finished samples waiting for their batch to fill
         self.shared_busy = False
 
     def advance(self, now: float, engines: list[_Instance]) -> None:
@@ -190,8 +195,11 @@ class _Inference:
         self.now = now
         self.shared_busy = any(e.shares and e.active and e.running for e in engines)
 
-    def arrive(self) -> None:
-        self.queued += self.cost.per_sample_s
+    def arrive(self, last: bool = False) -> None:
+        self.gathering += 1
+        if self.gathering >= self.cost.batch or last:
+            self.queued += self.gathering * self.cost.per_sample_s
+            self.gathering = 0
 
     def finish(self) -> float:
         """When the queue empties once generation has ended (no engine shares the devices then)."""
