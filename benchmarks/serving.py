@@ -273,7 +273,13 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
               f"scheduler, medians [min-max]. Lower bound: no queueing, no co-runners (prefill and decode "
               f"costs fitted to {len(f0['alone'])} requests run alone on FCFS). Iteration costs: bursts "
               f"of 4/64/256 waiting requests of 32+32 tokens.")
+    # Each engine's own saturation probe, in run order: the machine's drift between the runs
+    # that a ratio pairs (a 0.95 load on a machine that slowed is an overload).
+    calibration = {p: [round(r["probe_tokens_per_s"]) for r in runs[p]] for p in policies}
+    regime += (" Calibration (each run's own saturation probe, tokens/s): "
+               + "; ".join(f"{p} {', '.join(map(str, c))}" for p, c in calibration.items()) + ".")
     details = {"levels": table, "iteration_costs": cost_table, "capacity_req_s": f0["capacity_req_s"],
+               "calibration_tokens_per_s": calibration,
                "alone_fit_fixed_prompt_output_s": coef.tolist(), "num_kv_blocks": f0["num_kv_blocks"],
                "max_num_seqs": args.max_num_seqs, "policies": policies, "workload": args.workload,
                "repeats": args.repeats}

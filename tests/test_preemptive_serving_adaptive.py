@@ -148,3 +148,31 @@ def test_preemptive_serving_composes_with_agentic_rollouts_priority_policy(monke
     s.arrive(view("short", cap=4), now=0.0)
     assert s.decide([view("short", cap=4), view("urgent-long", cap=400, priority=-5)], [],
                     now=0.0).waiting_order == ("urgent-long",)
+
+
+def test_a_request_promoted_for_starvation_takes_the_next_slot_instead_of_preempting_a_shorter_one():
+    # Near-uniform lengths that end at their caps: the newcomer has starved past starvation_s,
+    # so it ranks first, but the running request finishes before it would: no preemption.
+    s = adaptive(UNIFORM, caps=UNIFORM, keeps_kv=True)
+    running, starved = view("running", out=40, cap=96), view("starved", cap=96)
+    s.arrive(running, now=0.0)
+    s.arrive(starved, now=0.0)
+    decision = s.decide([starved], [running], now=10.0)
+    assert s.mlfq.jobs["starved"].promoted and decision.preempt == ()
+    assert decision.waiting_order == ("starved",)
+    # Not even a running request with far more left: starvation reorders the queue only...
+    s = adaptive(UNIFORM, caps=UNIFORM, keeps_kv=True)
+    s.arrive(view("long", out=10, cap=400), now=0.0)
+    s.arrive(starved, now=0.0)
+    s.step(EngineStep("e", 1, 1, 1, 9.899, 9.9, scheduled=("long",), num_free_kv_blocks=900))
+    assert s.decide([starved], [view("long", out=10, cap=400)], now=10.0).preempt == ()
+    # ...while the same newcomer, unstarved, preempts it (shortest remaining first).
+    s = adaptive(UNIFORM, caps=UNIFORM, keeps_kv=True)
+    assert newcomer_preempts(s, view("long", out=10, cap=400), view("new", cap=96))
+
+
+def test_a_newcomer_preempts_only_a_request_with_more_work_than_its_own_plus_the_recompute():
+    s = adaptive(HEAVY, caps=HEAVY, keeps_kv=True)
+    s.arrive(view("long", out=10, cap=400), now=0.0)
+    s.arrive(view("new", cap=96), now=1.0)
+    assert not s._keep_running("long", "new") and s._keep_running("new", "long")

@@ -43,7 +43,7 @@ def test_bad_trace_line_names_the_file_and_line(tmp_path, line, message):
 def fake_run(scale: float, workload: list[dict], levels: list[dict], preempt: bool) -> dict:
     """An engine run as serving_engine reports it: every latency ``scale`` times a base."""
     out = {"block_size": 128, "num_kv_blocks": 1000, "max_num_batched_tokens": 2048,
-           "capacity_req_s": 30.0, "alone": [{"prompt_len": p, "output_len": o, "latency_s": 0.001 * p / 10 + 0.002 * o}
+           "capacity_req_s": 30.0, "probe_tokens_per_s": 600.0 / scale, "alone": [{"prompt_len": p, "output_len": o, "latency_s": 0.001 * p / 10 + 0.002 * o}
                                              for p, o in ((8, 2), (64, 2), (8, 64), (128, 64))],
            "levels": {}, "finished": [], "steps": [], "bursts": {}}
     for level in levels:
@@ -76,3 +76,4 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     assert h["throughput_ratio"] == 2.1 and h["preemptions_per_request"] == 1.0
     assert h["overhead_share_64_waiting"] == 0.01 and h["recomputed_tokens_per_preempted"] == 0.0
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
+    assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}

@@ -58,9 +58,11 @@ def test_the_report_has_the_issues_headline_and_survives_missing_parts(tmp_path)
                 "spread": [0.0, 0.02], "false_positives": 0, "steps": 10, "pairs": 2}
     verl = bench.Campaign("ettr-verl", first_step_start=0.0, step_ends=[(3.0 * s, s) for s in range(1, 60)])
     ours = bench.Campaign("ettr-rlweave", first_step_start=0.0, step_ends=[(3.0 * s, s) for s in range(1, 90)])
-    ettr = {"rlweave": {"campaign": ours, "ettr": 0.93, "steps": 89, "faults": 2},
-            "verl": {"campaign": verl, "ettr": 0.6, "steps": 59, "faults": 2},
-            "fault_every_s": 120.0, "window_s": 360.0, "clean_step_s": 2.65}
+    ettr = {"rlweave": {"campaign": ours, "ettr": 0.93, "ettr_spread": [0.9, 0.96], "clean_step_s": [2.6, 2.7],
+                        "steps": 89, "faults": 2},
+            "verl": {"campaign": verl, "ettr": 0.6, "ettr_spread": [0.58, 0.62], "clean_step_s": [2.7, 2.65],
+                     "steps": 59, "faults": 2},
+            "fault_every_s": 120.0, "window_s": 360.0, "clean_step_s": [2.6, 2.7, 2.65], "clean_steps": 6}
     results = {"faults": {"campaign": faults_campaign(), "faults": bench.rlweave_faults(faults_campaign()),
                           "ledger": bench.ledger(faults_campaign()), "finished": list(range(1, 8))},
                "overhead": overhead, "ettr": ettr}

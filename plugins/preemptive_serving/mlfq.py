@@ -26,8 +26,11 @@ served first. A request's rank is ``(priority, level, not promoted, entered_s, a
   of short requests that alone would keep the engine busy).
 - **Preemption.** The ``slots`` best-ranked requests should hold the engine's batch slots;
   running requests outside them are preempted, worst first, as many as the better-ranked
-  waiting requests need beyond the free slots, except those the caller says to keep (a request
-  about to finish costs more to recompute than it frees).
+  waiting requests need beyond the free slots. Each preemption pairs a victim (worst first)
+  with the waiting request that takes its slot (best first, after those the free slots admit);
+  the caller may keep a victim against that entrant (a request about to finish costs more to
+  recompute than it frees, or finishes before the entrant would), and the entrant then tries
+  the next victim.
 
 A decision costs ``O(waiting * log(slots))``; :attr:`version` changes whenever any rank does,
 so a caller can reuse a decision while nothing changed.
@@ -162,13 +165,14 @@ class SkipJoinMLFQ:
         return self.jobs[request_id].key
 
     def decide(self, waiting: Iterable[str] | None, running: Sequence[str], slots: int, now: float,
-               can_preempt: bool = True, keep: Callable[[str], bool] | None = None,
+               can_preempt: bool = True, keep: Callable[[str, str], bool] | None = None,
                ) -> tuple[list[str], list[str]]:
         """``(best waiting ids, best first, at most slots of them; running ids to preempt)``.
 
         All ids must have been :meth:`add`-ed; ``waiting=None``: every request added and not
-        removed that is not running. Without ``can_preempt`` only the order is set; ``keep(id)``
-        true spares a running request that would otherwise be preempted.
+        removed that is not running. Without ``can_preempt`` only the order is set;
+        ``keep(victim, entrant)`` true spares a running request that ``entrant`` would
+        otherwise preempt.
         """
         self.promote_starved(now)
         if waiting is None:
@@ -181,7 +185,12 @@ class SkipJoinMLFQ:
             return best, []
         top = set(heapq.nsmallest(slots, [*best, *running], key=self.rank))
         victims = sorted((r for r in running if r not in top), key=self.rank, reverse=True)
-        need = sum(rid in top for rid in best) - max(0, slots - len(running))
-        if keep is not None:
-            victims = [rid for rid in victims if not keep(rid)]
-        return best, victims[:max(0, need)]
+        entrants = iter([rid for rid in best if rid in top][max(0, slots - len(running)):])
+        preempt, entrant = [], next(entrants, None)
+        for victim in victims:
+            if entrant is None:
+                break
+            if keep is None or not keep(victim, entrant):
+                preempt.append(victim)
+                entrant = next(entrants, None)
+        return best, preempt

@@ -14,6 +14,14 @@ Two policies share the MLFQ of :mod:`.mlfq` and differ in how they level a reque
 
 Both spare a running request whose remaining work is smaller than the recompute its
 preemption would cost (none where the engine keeps a preempted request's KV and has room).
+The adaptive policy also spares one that would finish before the request that would take its
+slot: with remaining work ``b`` for the running request, ``a`` for the entrant and ``r`` for
+the recompute, running the entrant first lowers the pair's total completion time only when
+``b > a + r``. And a request promoted for starvation does not preempt at all: it takes the
+next free slot. (Letting it preempt by work alone made near-ties thrash on near-uniform lengths
+under overload: each newly admitted request, a little longer than the next starving one, was
+preempted in its first iteration.) Explicit priorities are not second-guessed: a
+higher-priority entrant preempts whatever the work.
 """
 
 from __future__ import annotations
@@ -128,11 +136,21 @@ class PreemptiveScheduler:
                 if view.request_id in self.mlfq.jobs:
                     self.mlfq.set_level(view.request_id, self.mlfq.join_level(self._work_s(view)), now)
 
-    def _keep_running(self, request_id: str) -> bool:
-        """Whether preempting this running request costs more recompute than the work it has
-        left (at its level, for FastServe's MLFQ)."""
-        view = self._requests[request_id]
-        return self._remaining_s(view) < self._recompute_s(view)
+    def _keep_running(self, victim_id: str, entrant_id: str) -> bool:
+        """Whether preempting the running ``victim_id`` for ``entrant_id`` costs more than it
+        gains: more recompute than the work the victim has left (at its level, for FastServe's
+        MLFQ), or, for the adaptive policy, more than the entrant's work saves (see the module
+        docstring)."""
+        view = self._requests[victim_id]
+        recompute_s = self._recompute_s(view)
+        if self._remaining_s(view) < recompute_s:
+            return True
+        entrant = self._requests.get(entrant_id)
+        if not self.adaptive or entrant is None or entrant.priority != view.priority:
+            return False
+        if self.mlfq.jobs[entrant_id].promoted:  # starvation reorders the queue, nothing more
+            return True
+        return self._work_s(view) <= self._work_s(entrant) + recompute_s
 
     # -- costs -------------------------------------------------------------------------------
 
