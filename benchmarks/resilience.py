@@ -343,21 +343,19 @@ def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
               for k in range(int(window // every))]
     clean_steps = 6 if args.quick else args.overhead_steps
 
-    def clean_step_s() -> float:
-        i = len(clean)
+    def clean_step_s(i: int) -> float:
         run = run_verl("grpo", work / f"clean-{i}", steps=clean_steps, timeout_s=args.timeout)
         if run.returncode != 0:
             raise RuntimeError(f"ETTR's clean run {i} failed:\n{run.log[-3000:]}")
         return steady_step_s(run.steps)
 
-    clean: list[float] = []
-    clean.append(clean_step_s())
+    clean = [clean_step_s(0)]
     out: dict[str, Any] = {}
     for side, extra in (("rlweave", RESILIENCE), ("verl", ())):
-        c = campaign(f"ettr-{side}", work / side, steps=10_000, save_freq=args.save_freq, ranks=1, extra=extra,
-                     external=[dict(f) for f in faults], resubmit=side == "verl", window_s=window,
-                     hang_wait_s=args.hang_wait_s, timeout_s=int(window + 900))  # the window decides
-        clean.append(clean_step_s())
+        c = campaign(f"ettr-{side}", work / side, steps=10_000, save_freq=args.save_freq, ranks=1,  # the window decides
+                     extra=extra, external=[dict(f) for f in faults], resubmit=side == "verl", window_s=window,
+                     hang_wait_s=args.hang_wait_s, timeout_s=int(window + 900))
+        clean.append(clean_step_s(len(clean)))
         yardstick = clean[-2:]
         out[side] = {"campaign": c, "ettr": ettr(c, statistics.mean(yardstick), window),
                      "ettr_spread": [ettr(c, min(yardstick), window), ettr(c, max(yardstick), window)],
