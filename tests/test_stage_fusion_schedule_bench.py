@@ -16,7 +16,9 @@ def test_quick_sweep_reports_ratios_with_their_bound_and_draws(tmp_path):
     runs = result.details["runs"]
     assert len(runs) == result.headline["configs"] == len(fusion_schedule.sweep(True)) == len(result.rows) - 1
     assert all(r["lower_bound"] <= r["makespan"] <= min(r["greedy"], r["separate_1f1b"]) for r in runs)
-    assert 1 <= result.headline["mean_makespan_over_lb"] <= result.headline["max_makespan_over_lb"]
+    mean, worst = result.headline["mean_makespan_over_lb"], result.headline["max_makespan_over_lb"]
+    assert mean >= 1
+    assert mean <= worst
     assert result.headline["min_speedup_vs_1f1b"] >= 1 and "SIMULATED" in result.regime
     assert fusion_schedule.plot(result, tmp_path / "f.png").stat().st_size > 10_000
 
