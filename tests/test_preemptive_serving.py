@@ -47,6 +47,19 @@ def test_running_request_keeps_its_place_ahead_of_newcomers_of_its_level():
     assert (order, preempt) == (["new"], [])
 
 
+def test_serving_a_request_every_iteration_costs_no_starvation_bookkeeping():
+    q = mlfq()
+    q.add("running", now=0.0)
+    q.add("waiting", now=0.0)
+    for k in range(1, 1000):  # 0.999 s of 1 ms iterations
+        q.served(["running"], 0.001, now=k * 0.001)
+        assert q.promote_starved(k * 0.001) == []
+    assert len(q._unserved) == 2  # one entry per request, not one per iteration
+    assert q.next_promotion_s() == 1.0
+    assert q.promote_starved(1.0) == ["waiting"]  # the running one moved its entry up instead
+    assert q.promote_starved(1.5) == [] and q.next_promotion_s() == pytest.approx(1.999)
+
+
 def test_new_short_request_preempts_the_worst_ranked_running_one():
     q = mlfq()
     for rid in ("long1", "long2"):

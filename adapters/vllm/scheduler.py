@@ -120,12 +120,38 @@ class _WaitingViews(Sequence[RequestView]):
         return [view(r) for r in requests] if isinstance(index, slice) else view(requests)
 
 
+class _RunningViews(Sequence[RequestView]):
+    """The running requests as RequestViews, built on first read (a plugin whose decision
+    still stands reads only the length) and then kept for the call."""
+
+    def __init__(self, scheduler: RlweaveSchedulerMixin) -> None:
+        self._scheduler = scheduler
+        self._views: list[RequestView] | None = None
+
+    def _built(self) -> list[RequestView]:
+        if self._views is None:
+            self._views = [self._scheduler._view(r) for r in self._scheduler.running]
+        return self._views
+
+    def __len__(self) -> int:
+        return len(self._scheduler.running)
+
+    def __iter__(self) -> Iterator[RequestView]:
+        return iter(self._built())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._built()[index]
+
+
 class RlweaveSchedulerMixin:
     """Mixed in front of vLLM's ``Scheduler`` or ``AsyncScheduler``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rlweave = get_host()
+        # The per-iteration hooks, looked up once (pluggy keeps a caller across registrations).
+        self._rlweave_schedule = self._rlweave.hook.rlweave_schedule
+        self._rlweave_engine_step = self._rlweave.hook.rlweave_engine_step
         self._rlweave_decides = self._rlweave.implements("rlweave_schedule")
         if self._rlweave_decides:
             self.waiting = DecidedOrderQueue(by_priority=self.policy == SchedulingPolicy.PRIORITY)
@@ -154,6 +180,7 @@ class RlweaveSchedulerMixin:
         # before the previous one returns).
         self._rlweave_started: dict[int, tuple[float, float, int]] = {}
         self._rlweave_observed_s = 0.0  # the last iteration's observation hooks, not yet reported
+        self._rlweave_applied: ScheduleDecision | None = None  # the decision last applied
         if self._rlweave_decides and can_preempt:
             log.info("rlweave: a preempted request %s", "keeps its KV blocks while the engine has "
                      f"room ({self.kv_cache_config.num_blocks} blocks)" if recompute_reason is None
@@ -183,15 +210,17 @@ class RlweaveSchedulerMixin:
         held: list[Request] = []
         decided = False
         if self._rlweave_decides and self.waiting:
-            decision = self._rlweave.hook.rlweave_schedule(
+            decision = self._rlweave_schedule(
                 waiting=_WaitingViews(self),
-                running=[self._view(r) for r in self.running],
+                running=_RunningViews(self),
                 engine=self._rlweave_engine,
             )
             if decision is not None:
                 decided = True
-                self._move_to_front(decision.waiting_order)
-                held = self._preempt_running(decision.preempt)
+                if decision is not self._rlweave_applied:  # a standing decision is in place
+                    self._move_to_front(decision.waiting_order)
+                    held = self._preempt_running(decision.preempt)
+                self._rlweave_applied = decision
         if self._rlweave_parked:
             self._release_parked_for_room()
         overhead = time.perf_counter() - tick + self._rlweave_observed_s
@@ -212,7 +241,7 @@ class RlweaveSchedulerMixin:
         if started is not None:
             tick = time.perf_counter()
             start_s, overhead_s, recomputed, decided = started
-            self._rlweave.hook.rlweave_engine_step(
+            self._rlweave_engine_step(
                 step=EngineStep(
                     instance_id=self._rlweave_engine.instance_id,
                     num_running=len(self.running),

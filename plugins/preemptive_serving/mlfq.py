@@ -61,6 +61,7 @@ class Job:
     seq: int  # arrival order, the last tie-break
     attained_s: float = 0.0  # service attained at its current level
     promoted: bool = False  # promoted for starvation and not demoted since
+    in_unserved: bool = True  # has an entry in the starvation heap
     key: Rank = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,12 +86,19 @@ class SkipJoinMLFQ:
         self.demote_by_service = demote_by_service
         self.jobs: dict[str, Job] = {}
         self._seq = itertools.count()
-        self._unserved: list[tuple[float, int, str]] = []  # (last_served_s, seq, id), lazy
+        # (served_s, seq, id): at most one entry per job, with served_s <= its last_served_s
+        # (a job served since is pushed again only when its entry comes up), so that serving
+        # the running requests every iteration costs no heap operation.
+        self._unserved: list[tuple[float, int, str]] = []
         self.promotions = 0
         self.version = 0
 
     def quantum(self, level: int) -> float:
         return self.base_quantum_s * self.ratio ** level
+
+    def next_promotion_s(self) -> float:
+        """No request is promoted for starvation before this time (a lower bound)."""
+        return self._unserved[0][0] + self.starvation_s if self._unserved else math.inf
 
     def join_level(self, work_s: float) -> int:
         """Skip-join: the first level whose quantum covers ``work_s`` (else the last)."""
@@ -131,7 +139,11 @@ class SkipJoinMLFQ:
             if job is None:
                 continue
             job.last_served_s = now
-            heapq.heappush(self._unserved, (now, job.seq, rid))
+            if not job.in_unserved:
+                job.in_unserved = True
+                heapq.heappush(self._unserved, (now, job.seq, rid))
+            if not (self.demote_by_service or job.promoted):
+                continue  # its service moves nothing
             job.attained_s += seconds
             if job.attained_s <= self.quantum(job.level):
                 continue
@@ -148,12 +160,18 @@ class SkipJoinMLFQ:
         """Move every request unserved for ``starvation_s`` to level 0; returns their ids."""
         promoted = []
         while self._unserved and self._unserved[0][0] <= now - self.starvation_s:
-            served_s, _, rid = heapq.heappop(self._unserved)
+            served_s, seq, rid = heapq.heappop(self._unserved)
             job = self.jobs.get(rid)
-            if job is None or job.promoted or job.last_served_s != served_s:
-                continue  # gone, already promoted, or served since
+            if job is None or job.seq != seq:
+                continue  # gone
+            if job.promoted:
+                job.in_unserved = False  # pushed again when next served
+                continue
+            if job.last_served_s != served_s:  # served since: its entry moves up to then
+                heapq.heappush(self._unserved, (job.last_served_s, seq, rid))
+                continue
             job.level, job.entered_s, job.attained_s = 0, job.last_served_s, 0.0
-            job.promoted = True
+            job.promoted, job.in_unserved = True, False
             job.rerank()
             promoted.append(rid)
         if promoted:

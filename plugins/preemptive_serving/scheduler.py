@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from rlweave.config import PreemptiveServingConfig
 from rlweave.plugins.preemptive_serving.lengths import LengthModel
@@ -61,7 +62,7 @@ class PreemptiveScheduler:
                                  demote_by_service=not self.adaptive)
         self._requests: dict[str, RequestView] = {}  # the latest view of each request
         self._free_kv_blocks = engine.num_kv_blocks
-        self._cached: tuple[tuple[int, tuple[str, ...]], ScheduleDecision] | None = None
+        self._held: _HeldDecision | None = None  # the last decision, while it stands
         self._levelled_at_fit = 0  # the length model's fit that the levels come from
         self.regime = self.lengths.regime().name if self.adaptive else config.policy
         if not engine.can_preempt:
@@ -82,11 +83,15 @@ class PreemptiveScheduler:
 
     def step(self, step: EngineStep) -> None:
         seconds = step.end_s - step.start_s - step.schedule_overhead_s
+        quantum_s = self.profile.shortest_s
         self.profile.observe(step.num_scheduled_tokens, seconds)
-        if not self.fixed_quantum_s and self.profile.shortest_s < float("inf"):
+        if not self.fixed_quantum_s and self.profile.shortest_s != quantum_s:
             self.mlfq.base_quantum_s = self.profile.shortest_s
+            self._held = None  # every level's quantum changed
         self._free_kv_blocks = step.num_free_kv_blocks
         self.mlfq.served(step.scheduled, seconds, step.end_s)
+        if self._held is not None:
+            self._held.iteration(step)
 
     def finish(self, request: RequestView) -> None:
         self.mlfq.remove(request.request_id)
@@ -104,6 +109,9 @@ class PreemptiveScheduler:
 
     def decide(self, waiting: Sequence[RequestView], running: Sequence[RequestView],
                now: float) -> ScheduleDecision:
+        held = self._held
+        if held is not None and held.stands(self.mlfq.version, len(running), now):
+            return held.decision  # read no view: most iterations end here
         if self.adaptive and self.lengths.fits != self._levelled_at_fit:
             self._relevel(self._requests.values(), now)  # the model changed: every request
             self._levelled_at_fit = self.lengths.fits
@@ -115,20 +123,42 @@ class PreemptiveScheduler:
             self._relevel(running, now)
         running_ids = tuple(r.request_id for r in running)
         self.mlfq.promote_starved(now)
-        signature = (self.mlfq.version, running_ids)
-        if self._cached is not None and self._cached[0] == signature:
-            return self._cached[1]  # no rank changed and nobody was admitted or preempted
+        if held is not None and held.same(self.mlfq.version, running_ids):
+            decision = held.decision  # no rank changed and nobody was admitted or preempted
+        else:
+            decision = self._decide(waiting, running_ids, now)
+        self._held = _HeldDecision(decision, self.mlfq.version, running_ids,
+                                   self._tokens_level_holds(running), self.mlfq.next_promotion_s())
+        return decision
+
+    def _decide(self, waiting: Sequence[RequestView], running_ids: tuple[str, ...],
+                now: float) -> ScheduleDecision:
         candidates: Iterable[str] | None = None  # every request it knows that is not running
-        if len(self.mlfq.jobs) != len(waiting) + len(running):  # some it has not seen arrive,
+        if len(self.mlfq.jobs) != len(waiting) + len(running_ids):  # some it has not seen arrive,
             for view in waiting:  # or some outside vLLM's waiting queue: ask the queue itself
                 if view.request_id not in self.mlfq.jobs:
                     self.arrive(view, now)
             candidates = [view.request_id for view in waiting]
         order, preempt = self.mlfq.decide(candidates, running_ids, self.engine.max_num_seqs, now,
                                           self.engine.can_preempt, keep=self._keep_running)
-        decision = ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
-        self._cached = ((self.mlfq.version, running_ids), decision)
-        return decision
+        return ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
+
+    def _tokens_level_holds(self, running: Sequence[RequestView]) -> float:
+        """Decode iterations before a running request's level could get worse, which is what
+        could make it a victim (a level that gets better changes no decision: the running
+        requests it ranks ahead of hold their slots anyway; the next decision relevels it).
+        While a request only decodes, its expected remaining work falls by one token a token
+        (:meth:`LengthModel.falls_until`). Levels that come from attained service (FastServe)
+        change in :meth:`SkipJoinMLFQ.served` and are seen through its version."""
+        if not self.adaptive or not self.lengths.ready:
+            return math.inf
+        holds = math.inf
+        for view in running:
+            if view.prompt_len + view.output_len - view.num_computed_tokens > 1:
+                return 0  # still prefilling: its prefill term changes by the chunk
+            holds = min(holds, self.lengths.falls_until(view.output_len, view.max_tokens)
+                        - view.output_len)
+        return holds
 
     def _relevel(self, views: Iterable[RequestView], now: float) -> None:
         if self.lengths.ready:
@@ -189,3 +219,35 @@ class PreemptiveScheduler:
         requests back below that much free swap space). The adapter decides each preemption
         from the blocks the admitted requests need; this only estimates its answer."""
         return self._free_kv_blocks >= 0.1 * self.engine.num_kv_blocks > 0
+
+
+@dataclass
+class _HeldDecision:
+    """A decision, and how long it stands without reading the queues again: until any rank
+    changes (:attr:`SkipJoinMLFQ.version`: arrivals, finishes, promotions, demotions), the
+    running set changes (an iteration computes other requests than the decision saw running),
+    a running request may have crossed a level (``tokens`` decode iterations), or a waiting
+    request may starve (``until_s``)."""
+
+    decision: ScheduleDecision
+    version: int
+    running_ids: tuple[str, ...]
+    tokens: float
+    until_s: float
+    decoded: int = 0
+    running_changed: bool = False
+
+    def same(self, version: int, running_ids: tuple[str, ...]) -> bool:
+        return version == self.version and running_ids == self.running_ids
+
+    def stands(self, version: int, num_running: int, now: float) -> bool:
+        return (version == self.version and not self.running_changed
+                and num_running == len(self.running_ids)
+                and self.decoded < self.tokens and now < self.until_s)
+
+    def iteration(self, step: EngineStep) -> None:
+        """An iteration ran: one token for each of the running requests, or else not held."""
+        if step.scheduled == self.running_ids and step.num_scheduled_tokens == len(step.scheduled):
+            self.decoded += 1
+        else:
+            self.running_changed = True
