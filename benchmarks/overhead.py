@@ -68,10 +68,12 @@ def hook_call_us(calls: int) -> dict[str, float]:
     return {k: v / calls * 1e6 for k, v in out.items()}
 
 
-def decision_us(waiting: int, decisions: int) -> float:
+def decision_us(waiting: int, decisions: int) -> dict[str, float]:
     """Microseconds per ``rlweave_schedule`` call of the preemptive_serving plugin (default
     policy, a measured engine profile and 64 served lengths) with ``waiting`` requests queued
-    and four running, each call after the running ones generated a token."""
+    and four running, each call after a decode iteration of the four: ``decide``, with a
+    waiting request gone and back in between (a rank changed, so the decision is taken again),
+    and ``standing``, with nothing else in between (the decision stands)."""
     from rlweave.config import Setting, build_config
     from rlweave.host import build_plugin_manager
     from rlweave.types import EngineInfo, EngineStep, RequestView
@@ -87,17 +89,26 @@ def decision_us(waiting: int, decisions: int) -> float:
         length = 4 + (i * 37) % 200
         hook.rlweave_request_finished(request=RequestView(f"done{i}", 0.0, 32, length, length))
     queue = [RequestView(f"w{i}", 0.0, 32, 0, 4 + (i * 53) % 300) for i in range(waiting)]
-    for view in queue:
-        hook.rlweave_request_arrived(request=view)
     running = [RequestView(f"r{i}", 0.0, 32, 1, 300, num_computed_tokens=32) for i in range(4)]
-    for view in running:
+    for view in [*queue, *running]:
         hook.rlweave_request_arrived(request=view)
     steps = [[RequestView(r.request_id, 0.0, 32, 1 + k, 300, num_computed_tokens=32 + k) for r in running]
              for k in range(decisions)]
-    start = timeit.default_timer()
-    for now in steps:
-        hook.rlweave_schedule(waiting=queue, running=now, engine=engine)
-    return (timeit.default_timer() - start) / decisions * 1e6
+    ids = tuple(r.request_id for r in running)
+    iteration = EngineStep("e", 4, waiting, len(ids), 8.0, 8.003, scheduled=ids, num_free_kv_blocks=8000)
+    out = {}
+    for name in ("decide", "standing"):
+        elapsed = 0.0
+        for now in steps:
+            hook.rlweave_engine_step(step=iteration)
+            if name == "decide":
+                hook.rlweave_request_finished(request=queue[-1])
+                hook.rlweave_request_arrived(request=queue[-1])
+            start = timeit.default_timer()
+            hook.rlweave_schedule(waiting=queue, running=now, engine=engine)
+            elapsed += timeit.default_timer() - start
+        out[name] = elapsed / decisions * 1e6
+    return out
 
 
 def engine_env(config: str, trace_dir: str) -> dict[str, str]:
@@ -140,7 +151,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         "disabled_vs_absent_tokens_per_s": round(tps["disabled"] / tps["absent"], 4),
         "enabled_vs_absent_tokens_per_s": round(tps["enabled"] / tps["absent"], 4),
         "tokens_identical": identical,
-        "preemptive_decision_us": {n: round(us, 1) for n, us in decisions.items()},
+        "preemptive_decision_us": {n: round(us["decide"], 1) for n, us in decisions.items()},
+        "preemptive_standing_decision_us": {n: round(us["standing"], 1) for n, us in decisions.items()},
         "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
     }
     spread = {c: f"{min(r['tokens_per_s']):.0f}-{max(r['tokens_per_s']):.0f}" for c, r in results.items()}
@@ -152,7 +164,8 @@ def run(args: argparse.Namespace) -> BenchResult:
     rows += [["disabled / absent", f"{headline['disabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
              ["enabled (tracing) / absent", f"{headline['enabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
              ["tokens identical", str(identical), "must be True"]]
-    rows += [[f"preemptive_serving decision, {n} waiting (µs)", f"{us:.1f}", "hook call alone"]
+    rows += [[f"preemptive_serving decision, {n} waiting: taken / standing (µs)",
+              f"{us['decide']:.1f} / {us['standing']:.1f}", "hook call alone"]
              for n, us in decisions.items()]
     rows += [[f"  + adapter, in engine, {n} waiting: µs / iteration ms", f"{c['overhead_us']:.0f} / "
               f"{c['iteration_ms']:.2f}", f"{c['overhead_share']:.1%} of the iteration (goal <= 2% at 64)"]

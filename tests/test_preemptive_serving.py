@@ -60,6 +60,26 @@ def test_serving_a_request_every_iteration_costs_no_starvation_bookkeeping():
     assert q.promote_starved(1.5) == [] and q.next_promotion_s() == pytest.approx(1.999)
 
 
+def test_the_best_waiting_requests_come_from_the_kept_ranking_as_from_a_full_sort():
+    rng = np.random.default_rng(1)
+    q = mlfq(starvation_s=0.05)
+    for i in range(200):
+        q.add(f"r{i}", now=i * 1e-3, prefill_s=float(rng.exponential(0.03)), priority=int(rng.integers(0, 2)))
+    for k in range(300):  # levels move, requests leave and come back, some starve
+        rid = f"r{int(rng.integers(0, 200))}"
+        if rid not in q.jobs:
+            q.add(rid, now=0.2 + k * 1e-3)
+        elif k % 3:
+            q.set_level(rid, int(rng.integers(0, 4)), now=0.2 + k * 1e-3)
+        else:
+            q.remove(rid)
+        running = [r for r in list(q.jobs)[:4]]
+        q.served(running, 0.004, now=0.2 + k * 1e-3)
+        best, _ = q.decide(None, running, slots=4, now=0.2 + k * 1e-3)
+        rest = sorted((j for j in q.jobs.values() if j.request_id not in running), key=lambda j: j.key)
+        assert best == [j.request_id for j in rest[:4]]
+
+
 def test_new_short_request_preempts_the_worst_ranked_running_one():
     q = mlfq()
     for rid in ("long1", "long2"):

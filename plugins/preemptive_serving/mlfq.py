@@ -32,21 +32,21 @@ served first. A request's rank is ``(priority, level, not promoted, entered_s, a
   recompute than it frees, or finishes before the entrant would), and the entrant then tries
   the next victim.
 
-A decision costs ``O(waiting * log(slots))``; :attr:`version` changes whenever any rank does,
-so a caller can reuse a decision while nothing changed.
+Ranks are kept sorted (a rank change costs a bisection and a list shift), so a decision reads
+``slots + running`` of them whatever the queue's length; :attr:`version` changes whenever any
+rank does, so a caller can reuse a decision while nothing changed.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
-import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 Rank = tuple[int, int, bool, float, int]
-_KEY = operator.attrgetter("key")
 
 
 @dataclass
@@ -86,6 +86,10 @@ class SkipJoinMLFQ:
         self.demote_by_service = demote_by_service
         self.jobs: dict[str, Job] = {}
         self._seq = itertools.count()
+        # Every job's rank, sorted (ranks are unique: they end in the arrival order), and the
+        # job of each arrival order: the best waiting requests are the first few not running.
+        self._ranked: list[Rank] = []
+        self._by_seq: dict[int, Job] = {}
         # (served_s, seq, id): at most one entry per job, with served_s <= its last_served_s
         # (a job served since is pushed again only when its entry comes up), so that serving
         # the running requests every iteration costs no heap operation.
@@ -111,14 +115,25 @@ class SkipJoinMLFQ:
             priority: int = 0) -> Job:
         """A request arrives and joins the level covering ``prefill_s`` (0: the top level)."""
         job = Job(request_id, priority, self.join_level(prefill_s), now, now, next(self._seq))
+        self.remove(request_id)  # an id used again is a new request
         self.jobs[request_id] = job
+        self._by_seq[job.seq] = job
+        bisect.insort(self._ranked, job.key)
         heapq.heappush(self._unserved, (now, job.seq, request_id))
         self.version += 1
         return job
 
     def remove(self, request_id: str) -> None:
-        if self.jobs.pop(request_id, None) is not None:
+        job = self.jobs.pop(request_id, None)
+        if job is not None:
+            del self._ranked[bisect.bisect_left(self._ranked, job.key)]
+            del self._by_seq[job.seq]
             self.version += 1
+
+    def _rerank(self, job: Job) -> None:
+        del self._ranked[bisect.bisect_left(self._ranked, job.key)]
+        job.rerank()
+        bisect.insort(self._ranked, job.key)
 
     def set_level(self, request_id: str, level: int, now: float) -> None:
         """Move a request to ``level``: to the back of a worse level, keeping its entry time in
@@ -129,7 +144,7 @@ class SkipJoinMLFQ:
         if level > job.level:
             job.entered_s = now
         job.level, job.attained_s = level, 0.0
-        job.rerank()
+        self._rerank(job)
         self.version += 1
 
     def served(self, request_ids: Iterable[str], seconds: float, now: float) -> None:
@@ -153,7 +168,7 @@ class SkipJoinMLFQ:
             elif not job.promoted:
                 continue
             job.attained_s, job.promoted = 0.0, False
-            job.rerank()
+            self._rerank(job)
             self.version += 1
 
     def promote_starved(self, now: float) -> list[str]:
@@ -172,7 +187,7 @@ class SkipJoinMLFQ:
                 continue
             job.level, job.entered_s, job.attained_s = 0, job.last_served_s, 0.0
             job.promoted, job.in_unserved = True, False
-            job.rerank()
+            self._rerank(job)
             promoted.append(rid)
         if promoted:
             self.promotions += len(promoted)
@@ -194,9 +209,13 @@ class SkipJoinMLFQ:
         """
         self.promote_starved(now)
         if waiting is None:
-            skip = set(running)
-            jobs = (j for j in self.jobs.values() if j.request_id not in skip)
-            best = [j.request_id for j in heapq.nsmallest(slots, jobs, key=_KEY)]
+            skip, best = set(running), []
+            for key in self._ranked:  # at most slots + len(running) of them
+                rid = self._by_seq[key[-1]].request_id
+                if rid not in skip:
+                    best.append(rid)
+                    if len(best) == slots:
+                        break
         else:
             best = heapq.nsmallest(slots, waiting, key=self.rank)
         if not can_preempt or not running or not best:
