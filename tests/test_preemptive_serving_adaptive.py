@@ -4,7 +4,6 @@ recompute rule, the reused decision, and preemptive serving beside agentic_rollo
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -127,79 +126,6 @@ def test_a_decision_is_reused_until_a_rank_or_the_running_set_changes():
     assert s.decide(waiting, [view("r", out=6)], now=0.1) is first
     s.arrive(view("late"), now=0.2)
     assert s.decide(waiting, [view("r", out=7)], now=0.2) is not first
-
-
-class Watched(Sequence[RequestView]):
-    """Running views that count how often the scheduler reads them."""
-
-    def __init__(self, views: list[RequestView]) -> None:
-        self.views, self.reads = views, 0
-
-    def __len__(self) -> int:
-        return len(self.views)
-
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
-        self.reads += 1
-        return self.views[index]
-
-
-def decode(rid: str, at: float) -> EngineStep:
-    """One 1.5 ms iteration that computed one token of ``rid`` (slower than the measured 1 ms,
-    so the quantum stays)."""
-    return EngineStep("e", 1, 64, 1, at, at + 0.0015, scheduled=(rid,))
-
-
-def reads_after(s: PreemptiveScheduler, waiting: list[RequestView], running: RequestView, now: float) -> int:
-    watched = Watched([running])
-    s.decide(waiting, watched, now=now)
-    return watched.reads
-
-
-def test_a_decision_stands_without_reading_a_view_until_what_it_rests_on_changes():
-    s = adaptive(HEAVY, caps=HEAVY)  # the remaining length falls one token a token
-    waiting = [view(f"w{i}", cap=32) for i in range(64)]
-    for w in [*waiting, view("r", out=5, cap=32)]:
-        s.arrive(w, now=0.0)
-    first = s.decide(waiting, [view("r", out=5, cap=32)], now=0.1)
-    for k in range(20):  # the running request decodes on: nothing to read
-        s.step(decode("r", 0.1 + k * 0.002))
-        assert reads_after(s, waiting, view("r", out=6 + k, cap=32), now=0.15) == 0
-    assert s.decide(waiting, [view("r", out=26, cap=32)], now=0.15) is first
-    s.step(EngineStep("e", 2, 63, 9, 0.2, 0.2015, scheduled=("r", "w0")))  # admitted one
-    assert reads_after(s, waiting[1:], view("r", out=27, cap=32), now=0.2) > 0
-    s.step(decode("r", 0.23))
-    assert reads_after(s, waiting[1:], view("r", out=29, cap=32), now=0.24) == 0
-    s.arrive(view("late", cap=32), now=0.25)  # a rank changed
-    assert reads_after(s, waiting[1:], view("r", out=29, cap=32), now=0.25) > 0
-    # The waiting requests starve 3 s after they arrived: the decision that promotes them is
-    # taken then, not later.
-    assert reads_after(s, waiting[1:], view("r", out=29, cap=32), now=2.9) == 0
-    assert reads_after(s, waiting[1:], view("r", out=29, cap=32), now=3.0) > 0
-    assert s.mlfq.jobs["w1"].promoted
-
-
-def test_on_a_heavy_tail_a_decision_is_taken_again_where_the_remaining_length_can_grow():
-    s = adaptive(HEAVY)
-    waiting = [view(f"w{i}") for i in range(8)]
-    for w in [*waiting, view("r", out=5)]:
-        s.arrive(w, now=0.0)
-    s.decide(waiting, [view("r", out=5)], now=0.1)
-    next_sample = s.lengths.falls_until(5, 1000)
-    for out in range(6, next_sample + 1):
-        s.step(decode("r", 0.1))
-        reads = reads_after(s, waiting, view("r", out=out), now=0.1)
-        assert (reads > 0) is (out == next_sample)
-
-
-def test_the_expected_remaining_length_falls_one_token_a_token_until_the_next_sample():
-    heavy = model(HEAVY)
-    for attained in (0, 5, 30, 120):
-        until = heavy.falls_until(attained, 1000)
-        assert until > attained
-        falls = [heavy.expected_remaining(a, 1000) for a in range(attained, min(until, attained + 50))]
-        assert np.allclose(np.diff(falls), -1.0)
-    assert heavy.falls_until(10_000, None) == 10_000  # past every sample it grows instead
-    assert model(HEAVY, caps=HEAVY).falls_until(3, 40) == float("inf")
 
 
 def test_preemptive_serving_composes_with_agentic_rollouts_priority_policy(monkeypatch):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -91,18 +90,6 @@ class LengthModel:
         j = n if max_tokens is None else max(bisect.bisect_left(lengths, max_tokens), i)
         total = self._prefix[j] - self._prefix[i] + (n - j) * (max_tokens or 0)
         return max(total / (n - i) - attained, 0.0)
-
-    def falls_until(self, attained: int, max_tokens: int | None) -> float:
-        """The attained length up to which (exclusive) :meth:`expected_remaining` falls by
-        exactly one token per token generated (or stays at 0): the same samples lie above
-        the request until it reaches the next of them. ``attained`` itself where it grows
-        instead (a request older than every sample)."""
-        if not self.ready:
-            return math.inf  # None throughout
-        if self.caps_are_lengths and max_tokens is not None:
-            return math.inf  # max(max_tokens - attained, 0)
-        i = bisect.bisect_right(self._sorted, attained)
-        return attained if i == len(self._sorted) else self._sorted[i]
 
     def regime(self) -> Regime:
         if not self.ready:

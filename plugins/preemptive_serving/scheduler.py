@@ -62,7 +62,7 @@ class PreemptiveScheduler:
                                  demote_by_service=not self.adaptive)
         self._requests: dict[str, RequestView] = {}  # the latest view of each request
         self._free_kv_blocks = engine.num_kv_blocks
-        self._held: _HeldDecision | None = None  # the last decision, while it stands
+        self._held: _HeldDecision | None = None  # the last decision
         self._levelled_at_fit = 0  # the length model's fit that the levels come from
         self.regime = self.lengths.regime().name if self.adaptive else config.policy
         if not engine.can_preempt:
@@ -90,8 +90,6 @@ class PreemptiveScheduler:
             self._held = None  # every level's quantum changed
         self._free_kv_blocks = step.num_free_kv_blocks
         self.mlfq.served(step.scheduled, seconds, step.end_s)
-        if self._held is not None:
-            self._held.iteration(step)
 
     def finish(self, request: RequestView) -> None:
         self.mlfq.remove(request.request_id)
@@ -110,8 +108,6 @@ class PreemptiveScheduler:
     def decide(self, waiting: Sequence[RequestView], running: Sequence[RequestView],
                now: float) -> ScheduleDecision:
         held = self._held
-        if held is not None and held.stands(self.mlfq.version, len(running), now):
-            return held.decision  # read no view: most iterations end here
         if self.adaptive and self.lengths.fits != self._levelled_at_fit:
             self._relevel(self._requests.values(), now)  # the model changed: every request
             self._levelled_at_fit = self.lengths.fits
@@ -127,8 +123,7 @@ class PreemptiveScheduler:
             decision = held.decision  # no rank changed and nobody was admitted or preempted
         else:
             decision = self._decide(waiting, running_ids, now)
-        self._held = _HeldDecision(decision, self.mlfq.version, running_ids,
-                                   self._tokens_level_holds(running), self.mlfq.next_promotion_s())
+        self._held = _HeldDecision(decision, self.mlfq.version, running_ids)
         return decision
 
     def _decide(self, waiting: Sequence[RequestView], running_ids: tuple[str, ...],
@@ -142,23 +137,6 @@ class PreemptiveScheduler:
         order, preempt = self.mlfq.decide(candidates, running_ids, self.engine.max_num_seqs, now,
                                           self.engine.can_preempt, keep=self._keep_running)
         return ScheduleDecision(waiting_order=tuple(order), preempt=tuple(preempt))
-
-    def _tokens_level_holds(self, running: Sequence[RequestView]) -> float:
-        """Decode iterations before a running request's level could get worse, which is what
-        could make it a victim (a level that gets better changes no decision: the running
-        requests it ranks ahead of hold their slots anyway; the next decision relevels it).
-        While a request only decodes, its expected remaining work falls by one token a token
-        (:meth:`LengthModel.falls_until`). Levels that come from attained service (FastServe)
-        change in :meth:`SkipJoinMLFQ.served` and are seen through its version."""
-        if not self.adaptive or not self.lengths.ready:
-            return math.inf
-        holds = math.inf
-        for view in running:
-            if view.prompt_len + view.output_len - view.num_computed_tokens > 1:
-                return 0  # still prefilling: its prefill term changes by the chunk
-            holds = min(holds, self.lengths.falls_until(view.output_len, view.max_tokens)
-                        - view.output_len)
-        return holds
 
     def _relevel(self, views: Iterable[RequestView], now: float) -> None:
         if self.lengths.ready:
@@ -221,33 +199,14 @@ class PreemptiveScheduler:
         return self._free_kv_blocks >= 0.1 * self.engine.num_kv_blocks > 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _HeldDecision:
-    """A decision, and how long it stands without reading the queues again: until any rank
-    changes (:attr:`SkipJoinMLFQ.version`: arrivals, finishes, promotions, demotions), the
-    running set changes (an iteration computes other requests than the decision saw running),
-    a running request may have crossed a level (``tokens`` decode iterations), or a waiting
-    request may starve (``until_s``)."""
+    """The last decision and what it was taken on: reused while no rank changed
+    (:attr:`SkipJoinMLFQ.version`) and the same requests run."""
 
     decision: ScheduleDecision
     version: int
     running_ids: tuple[str, ...]
-    tokens: float
-    until_s: float
-    decoded: int = 0
-    running_changed: bool = False
 
     def same(self, version: int, running_ids: tuple[str, ...]) -> bool:
         return version == self.version and running_ids == self.running_ids
-
-    def stands(self, version: int, num_running: int, now: float) -> bool:
-        return (version == self.version and not self.running_changed
-                and num_running == len(self.running_ids)
-                and self.decoded < self.tokens and now < self.until_s)
-
-    def iteration(self, step: EngineStep) -> None:
-        """An iteration ran: one token for each of the running requests, or else not held."""
-        if step.scheduled == self.running_ids and step.num_scheduled_tokens == len(step.scheduled):
-            self.decoded += 1
-        else:
-            self.running_changed = True
