@@ -120,29 +120,6 @@ class _WaitingViews(Sequence[RequestView]):
         return [view(r) for r in requests] if isinstance(index, slice) else view(requests)
 
 
-class _RunningViews(Sequence[RequestView]):
-    """The running requests as RequestViews, built on first read (a plugin whose decision
-    still stands reads only the length) and then kept for the call."""
-
-    def __init__(self, scheduler: RlweaveSchedulerMixin) -> None:
-        self._scheduler = scheduler
-        self._views: list[RequestView] | None = None
-
-    def _built(self) -> list[RequestView]:
-        if self._views is None:
-            self._views = [self._scheduler._view(r) for r in self._scheduler.running]
-        return self._views
-
-    def __len__(self) -> int:
-        return len(self._scheduler.running)
-
-    def __iter__(self) -> Iterator[RequestView]:
-        return iter(self._built())
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._built()[index]
-
-
 class RlweaveSchedulerMixin:
     """Mixed in front of vLLM's ``Scheduler`` or ``AsyncScheduler``."""
 
@@ -212,7 +189,7 @@ class RlweaveSchedulerMixin:
         if self._rlweave_decides and self.waiting:
             decision = self._rlweave_schedule(
                 waiting=_WaitingViews(self),
-                running=_RunningViews(self),
+                running=[self._view(r) for r in self.running],
                 engine=self._rlweave_engine,
             )
             if decision is not None:

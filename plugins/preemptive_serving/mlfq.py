@@ -100,10 +100,6 @@ class SkipJoinMLFQ:
     def quantum(self, level: int) -> float:
         return self.base_quantum_s * self.ratio ** level
 
-    def next_promotion_s(self) -> float:
-        """No request is promoted for starvation before this time (a lower bound)."""
-        return self._unserved[0][0] + self.starvation_s if self._unserved else math.inf
-
     def join_level(self, work_s: float) -> int:
         """Skip-join: the first level whose quantum covers ``work_s`` (else the last)."""
         if work_s <= self.base_quantum_s:
