@@ -78,7 +78,7 @@ def decision_us(waiting: int, decisions: int) -> dict[str, float]:
     policy, a measured engine profile and 64 served lengths) with ``waiting`` requests queued
     and four running, each call after a decode iteration of the four: ``decide``, with a
     waiting request gone and back in between (a rank changed, so the decision is taken again),
-    and ``standing``, with nothing else in between (the last decision is reused)."""
+    and ``reused``, with nothing else in between (the last decision is reused)."""
     from rlweave.config import Setting, build_config
     from rlweave.host import build_plugin_manager
     from rlweave.types import EngineInfo, EngineStep, RequestView
@@ -102,7 +102,7 @@ def decision_us(waiting: int, decisions: int) -> dict[str, float]:
     ids = tuple(r.request_id for r in running)
     iteration = EngineStep("e", 4, waiting, len(ids), 8.0, 8.003, scheduled=ids, num_free_kv_blocks=8000)
     out = {}
-    for name in ("decide", "standing"):
+    for name in ("decide", "reused"):
         elapsed = 0.0
         for now in steps:
             hook.rlweave_engine_step(step=iteration)
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         "enabled_vs_absent_spread": [round(min(ratio["enabled"]), 4), round(max(ratio["enabled"]), 4)],
         "tokens_identical": identical,
         "preemptive_decision_us": {n: round(us["decide"], 1) for n, us in decisions.items()},
-        "preemptive_standing_decision_us": {n: round(us["standing"], 1) for n, us in decisions.items()},
+        "preemptive_reused_decision_us": {n: round(us["reused"], 1) for n, us in decisions.items()},
         "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
     }
     spread = {c: f"{min(v):.0f}-{max(v):.0f} over {len(v)} engines" for c, v in per_engine.items()}
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> BenchResult:
               f"{min(ratio[c]):.3f}-{max(ratio[c]):.3f}; ideal 1.000"] for c in ("disabled", "enabled")]
     rows += [["tokens identical", str(identical), "must be True"]]
     rows += [[f"preemptive_serving decision, {n} waiting: taken / reused (µs)",
-              f"{us['decide']:.1f} / {us['standing']:.1f}", "hook call alone"]
+              f"{us['decide']:.1f} / {us['reused']:.1f}", "hook call alone"]
              for n, us in decisions.items()]
     rows += [[f"  + adapter, in engine, {n} waiting: µs / iteration ms", f"{c['overhead_us']:.0f} / "
               f"{c['iteration_ms']:.2f}", f"{c['overhead_share']:.1%} of the iteration (goal <= 2% at 64)"]

@@ -194,7 +194,7 @@ class RlweaveSchedulerMixin:
             )
             if decision is not None:
                 decided = True
-                if decision is not self._rlweave_applied:  # a standing decision is in place
+                if decision is not self._rlweave_applied:  # a reused decision is in place already
                     self._move_to_front(decision.waiting_order)
                     held = self._preempt_running(decision.preempt)
                 self._rlweave_applied = decision
