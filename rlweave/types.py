@@ -219,7 +219,7 @@ class EngineInfo:
     keeps_preempted_kv: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built every engine iteration: slots make that cheaper
 class RequestView:
     """One request inside an engine's scheduler."""
 
@@ -234,7 +234,7 @@ class RequestView:
     num_recomputed_tokens: int = 0  # tokens re-prefilled so far because preemptions freed their KV
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built every engine iteration: slots make that cheaper
 class EngineStep:
     """One engine iteration, reported when its output has been processed: wall-clock ``start_s``
     (scheduling began) and ``end_s`` (outputs applied), and the queues after it."""
@@ -246,15 +246,17 @@ class EngineStep:
     start_s: float
     end_s: float
     scheduled: tuple[str, ...] = ()  # ids of the requests the iteration computed
-    # rlweave's own time in start..end: its decision and applying it, and the previous
-    # iteration's observation hooks (this one's are reported with the next)
+    # rlweave's own time in start..end: its decision and applying it (schedule_overhead_s),
+    # and the previous iteration's observation hooks (observe_overhead_s: this one's are
+    # reported with the next)
     schedule_overhead_s: float = 0.0
     num_recomputed_tokens: int = 0  # tokens of preempted requests this iteration re-prefilled
     num_free_kv_blocks: int = 0  # KV blocks free (or evictable) after the iteration
     decided: bool = False  # a plugin's rlweave_schedule decision ordered this iteration
+    observe_overhead_s: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built every engine iteration: slots make that cheaper
 class ScheduleDecision:
     """A plugin's scheduling decision for one iteration.
 

@@ -128,6 +128,41 @@ def test_a_decision_is_reused_until_a_rank_or_the_running_set_changes():
     assert s.decide(waiting, [view("r", out=7)], now=0.2) is not first
 
 
+def test_running_requests_get_the_level_a_full_relevel_gives_them():
+    # Levels of decoding requests are looked up by (output length, max_tokens); requests that
+    # pass through the same lengths, prefills, promotions and refits of the length model in
+    # between must leave every running request where a full relevel would put it.
+    rng = np.random.default_rng(1)
+    s = adaptive(HEAVY)
+    slots = []  # [request id, output length, max_tokens] of each running request
+    for it in range(600):
+        now = 0.05 * it
+        if it == 300:  # a burst of short requests elsewhere in the batch: the model moves
+            for i in range(128):
+                s.finish(view(f"short{i}", out=2))
+        for slot in list(slots):
+            rid, out, cap = slot
+            if out >= cap or rng.random() < 0.02:  # it finishes: a new request takes the slot
+                s.finish(view(rid, out=out, cap=cap))
+                slots.remove(slot)
+        while len(slots) < 4:
+            slot = [f"n{it}-{len(slots)}", 0, int(rng.choice([40, 400, 1000]))]
+            s.arrive(view(slot[0], cap=slot[2]), now=now)
+            slots.append(slot)
+        views = [RequestView(rid, 0.0, 64, out, cap, num_computed_tokens=63 + out if out else 0)
+                 for rid, out, cap in slots]  # a new one still has its prompt to prefill
+        s.decide([], views, now=now)
+        for v in views:
+            job = s.mlfq.jobs[v.request_id]
+            assert job.promoted or job.level == s.mlfq.join_level(s._work_s(v))
+        for slot in slots:
+            slot[1] += 1
+        # The first slot goes unserved for 5 s of every 10 (promoted, then demoted when served).
+        served = tuple(rid for i, (rid, _, _) in enumerate(slots) if i or it % 200 < 100)
+        s.step(EngineStep("e", 4, 0, len(served), now, now + 0.002, scheduled=served))
+    assert s.lengths.fits > 3 and s.mlfq.promotions > 0
+
+
 def test_preemptive_serving_composes_with_agentic_rollouts_priority_policy(monkeypatch):
     # agentic_rollout needs vLLM's priority policy; preemptive serving orders within it and
     # declares no requirement of its own, so the settings agentic_rollout asks for suffice.

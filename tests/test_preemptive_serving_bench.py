@@ -55,7 +55,7 @@ def fake_run(scale: float, workload: list[dict], levels: list[dict], preempt: bo
             out["finished"] += [{"request_id": f"load{key}-{i}", "num_preemptions": 1, "num_recomputed_tokens": 0}
                                 for i in range(level["requests"])]
     if preempt:
-        out["steps"] = ["64 0.004 0.00004 0"] * 10 + ["3 0.003 0.00001 0"] * 5
+        out["steps"] = ["64 0.004 0.00003 0.00001 0"] * 10 + ["3 0.003 0.00001 0 0"] * 5
         out["bursts"] = {"64": [0, 10], "4": [10, 15]}
     return out
 
@@ -74,7 +74,8 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     h = result.headline
     assert h["mean_norm_latency_ratio"] == 2.1 and h["mean_norm_latency_ratio_spread"] == [2.0, 2.2]
     assert h["throughput_ratio"] == 2.1 and h["preemptions_per_request"] == 1.0
-    assert h["overhead_share_64_waiting"] == 0.01 and h["recomputed_tokens_per_preempted"] == 0.0
+    assert h["decision_share_64_waiting"] == 0.0075 and h["overhead_share_64_waiting"] == 0.01
+    assert h["recomputed_tokens_per_preempted"] == 0.0
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
     assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}
 

@@ -47,17 +47,11 @@ log = logging.getLogger("rlweave.adapters.vllm")
 
 
 def request_view(request: Request, recomputed: int = 0) -> RequestView:
-    return RequestView(
-        request_id=request.request_id,
-        arrival_s=request.arrival_time,
-        prompt_len=request.num_prompt_tokens,
-        output_len=request.num_output_tokens,
-        max_tokens=request.max_tokens,
-        priority=request.priority,
-        num_preemptions=request.num_preemptions,
-        num_computed_tokens=request.num_computed_tokens,
-        num_recomputed_tokens=recomputed,
-    )
+    # Positional: built for every running request every iteration, and a frozen dataclass's
+    # keyword call costs half as much again.
+    return RequestView(request.request_id, request.arrival_time, request.num_prompt_tokens,
+                       request.num_output_tokens, request.max_tokens, request.priority,
+                       request.num_preemptions, request.num_computed_tokens, recomputed)
 
 
 class DecidedOrderQueue(FCFSRequestQueue):
@@ -152,10 +146,10 @@ class RlweaveSchedulerMixin:
         self._rlweave_parked: set[str] = set()  # preempted, holding their KV
         self._rlweave_resume: dict[str, int] = {}  # preempted: computed tokens when preempted
         self._rlweave_recomputed: dict[str, int] = {}  # tokens re-prefilled, per request
-        # schedule() start, rlweave's overhead and the recompute of each in-flight iteration,
-        # by id of its SchedulerOutput (with async scheduling the next iteration is scheduled
-        # before the previous one returns).
-        self._rlweave_started: dict[int, tuple[float, float, int]] = {}
+        # schedule() start, rlweave's decision and observation overheads, the recompute and
+        # whether a plugin decided, of each in-flight iteration by id of its SchedulerOutput
+        # (with async scheduling the next iteration is scheduled before the previous returns).
+        self._rlweave_started: dict[int, tuple[float, float, float, int, bool]] = {}
         self._rlweave_observed_s = 0.0  # the last iteration's observation hooks, not yet reported
         self._rlweave_applied: ScheduleDecision | None = None  # the decision last applied
         if self._rlweave_decides and can_preempt:
@@ -187,9 +181,10 @@ class RlweaveSchedulerMixin:
         held: list[Request] = []
         decided = False
         if self._rlweave_decides and self.waiting:
+            recomputed = self._rlweave_recomputed
             decision = self._rlweave_schedule(
                 waiting=_WaitingViews(self),
-                running=[self._view(r) for r in self.running],
+                running=[request_view(r, recomputed.get(r.request_id, 0)) for r in self.running],
                 engine=self._rlweave_engine,
             )
             if decision is not None:
@@ -200,8 +195,7 @@ class RlweaveSchedulerMixin:
                 self._rlweave_applied = decision
         if self._rlweave_parked:
             self._release_parked_for_room()
-        overhead = time.perf_counter() - tick + self._rlweave_observed_s
-        self._rlweave_observed_s = 0.0
+        overhead = time.perf_counter() - tick
         output = super().schedule(throttle_prefills)
         tick = time.perf_counter()
         for request in reversed(held):
@@ -209,7 +203,9 @@ class RlweaveSchedulerMixin:
         recomputed = self._note_resumed(output.num_scheduled_tokens)
         if output.total_num_scheduled_tokens:
             overhead += time.perf_counter() - tick
-            self._rlweave_started[id(output)] = (started, overhead, recomputed, decided)
+            self._rlweave_started[id(output)] = (started, overhead, self._rlweave_observed_s,
+                                                 recomputed, decided)
+            self._rlweave_observed_s = 0.0
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -217,7 +213,7 @@ class RlweaveSchedulerMixin:
         started = self._rlweave_started.pop(id(scheduler_output), None)
         if started is not None:
             tick = time.perf_counter()
-            start_s, overhead_s, recomputed, decided = started
+            start_s, overhead_s, observed_s, recomputed, decided = started
             self._rlweave_engine_step(
                 step=EngineStep(
                     instance_id=self._rlweave_engine.instance_id,
@@ -231,6 +227,7 @@ class RlweaveSchedulerMixin:
                     num_recomputed_tokens=recomputed,
                     num_free_kv_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
                     decided=decided,
+                    observe_overhead_s=observed_s,
                 )
             )
             self._rlweave_observed_s += time.perf_counter() - tick

@@ -63,6 +63,9 @@ class PreemptiveScheduler:
         self._requests: dict[str, RequestView] = {}  # the latest view of each request
         self._free_kv_blocks = engine.num_kv_blocks
         self._held: _HeldDecision | None = None  # the last decision
+        # The level of a decoding request by (output length, max_tokens), for the current
+        # length model and quantum: see _relevel_running.
+        self._decoding_levels: dict[tuple[int, int | None], int] = {}
         self._levelled_at_fit = 0  # the length model's fit that the levels come from
         self.regime = self.lengths.regime().name if self.adaptive else config.policy
         if not engine.can_preempt:
@@ -82,12 +85,13 @@ class PreemptiveScheduler:
         self.mlfq.add(request.request_id, now=now, prefill_s=work_s, priority=request.priority)
 
     def step(self, step: EngineStep) -> None:
-        seconds = step.end_s - step.start_s - step.schedule_overhead_s
+        seconds = step.end_s - step.start_s - step.schedule_overhead_s - step.observe_overhead_s
         quantum_s = self.profile.shortest_s
         self.profile.observe(step.num_scheduled_tokens, seconds)
         if not self.fixed_quantum_s and self.profile.shortest_s != quantum_s:
             self.mlfq.base_quantum_s = self.profile.shortest_s
             self._held = None  # every level's quantum changed
+            self._decoding_levels.clear()
         self._free_kv_blocks = step.num_free_kv_blocks
         self.mlfq.served(step.scheduled, seconds, step.end_s)
 
@@ -107,22 +111,23 @@ class PreemptiveScheduler:
 
     def decide(self, waiting: Sequence[RequestView], running: Sequence[RequestView],
                now: float) -> ScheduleDecision:
-        held = self._held
         if self.adaptive and self.lengths.fits != self._levelled_at_fit:
             self._relevel(self._requests.values(), now)  # the model changed: every request
             self._levelled_at_fit = self.lengths.fits
+            self._decoding_levels.clear()
+        requests, jobs = self._requests, self.mlfq.jobs
         for view in running:
-            self._requests[view.request_id] = view
-            if view.request_id not in self.mlfq.jobs:  # arrived before this policy existed
+            requests[view.request_id] = view
+            if view.request_id not in jobs:  # arrived before this policy existed
                 self.arrive(view, now)
         if self.adaptive:
-            self._relevel(running, now)
+            self._relevel_running(running, now)
         running_ids = tuple(r.request_id for r in running)
         self.mlfq.promote_starved(now)
+        held = self._held
         if held is not None and held.same(self.mlfq.version, running_ids):
-            decision = held.decision  # no rank changed and nobody was admitted or preempted
-        else:
-            decision = self._decide(waiting, running_ids, now)
+            return held.decision  # no rank changed and nobody was admitted or preempted
+        decision = self._decide(waiting, running_ids, now)
         self._held = _HeldDecision(decision, self.mlfq.version, running_ids)
         return decision
 
@@ -143,6 +148,24 @@ class PreemptiveScheduler:
             for view in views:
                 if view.request_id in self.mlfq.jobs:
                     self.mlfq.set_level(view.request_id, self.mlfq.join_level(self._work_s(view)), now)
+
+    def _relevel_running(self, running: Sequence[RequestView], now: float) -> None:
+        """:meth:`_relevel` of the running requests, which runs every engine iteration. A
+        decoding request's work (no prefill left) depends only on its output length and
+        ``max_tokens``, and running requests pass through the same lengths one after another,
+        so its level is looked up by those two while the length model and the quantum stay."""
+        if not self.lengths.ready:
+            return
+        levels, mlfq = self._decoding_levels, self.mlfq
+        for view in running:  # each has a job: decide() added the missing ones
+            if view.prompt_len + view.output_len - view.num_computed_tokens > 1:  # prefilling
+                level = mlfq.join_level(self._work_s(view))
+            else:
+                key = (view.output_len, view.max_tokens)
+                level = levels.get(key)
+                if level is None:
+                    level = levels[key] = mlfq.join_level(self._work_s(view))
+            mlfq.set_level(view.request_id, level, now)
 
     def _keep_running(self, victim_id: str, entrant_id: str) -> bool:
         """Whether preempting the running ``victim_id`` for ``entrant_id`` costs more than it
