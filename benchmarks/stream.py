@@ -139,7 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rlweave.benchmarks.stream_workloads import SHAPES
 
     parser.add_argument("--workload", choices=list(SHAPES), default="default",
-                        help="response-length shape: " + "; ".join(f"{k}: {v[0]}" for k, v in SHAPES.items()))
+                        help="response-length shape: " + "; ".join(f"{k}: {v[0]}" for k, v in SHAPES.items()).replace("%", "%%"))
     parser.add_argument("--lengths", help="JSONL, one prompt per line: {\"output_len\": N} or {\"output_lens\": "
                                           "[N, ...]} (one per sibling), \"prompt\" optional; replaces --workload")
     parser.add_argument("--prompts", type=int, default=8, help="prompts (GRPO groups) per step")

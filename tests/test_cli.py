@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from rlweave.cli import build_parser, main
@@ -29,6 +31,18 @@ def test_unknown_benchmark_is_rejected(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_every_command_prints_its_help():
+    # argparse formats help strings with %: a bare "5%" in one crashed `bench stream --help`.
+    parser = build_parser()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        assert p.format_help()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
 
 
 FAKE_BENCH = '''
