@@ -282,7 +282,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
     calibration = {p: [round(r["probe_tokens_per_s"]) for r in runs[p]] for p in policies}
     regime += (" Calibration (each run's own saturation probe, tokens/s): "
                + "; ".join(f"{p} {', '.join(map(str, c))}" for p, c in calibration.items())
-               + f"; so the highest load, by each run's own probe, was "
+               + "; so the highest load, by each run's own probe, was "
                + "; ".join(f"{p} " + ", ".join(f"{max(loads) * calibration[policies[0]][0] / c:.2f}" for c in cs)
                            for p, cs in calibration.items()) + ".")
     details = {"levels": table, "iteration_costs": cost_table, "capacity_req_s": f0["capacity_req_s"],

@@ -1,9 +1,9 @@
 """An observer plugin for engines under test: appends one JSON line per request that leaves the
 engine (id, lengths, times vLLM preempted it, tokens re-prefilled) to the file named by
 ``RLWEAVE_SERVING_LOG``, and, with ``RLWEAVE_SERVING_STEPS`` set, one line per iteration
-(requests waiting after it, its wall time, rlweave's decision in it, rlweave's observation hooks
-in it less this observer's own, tokens it re-prefilled) to that file, buffered and written whenever the engine goes idle so
-that the hot path does no I/O.
+(requests waiting after it, its wall time, rlweave's decision in it, rlweave's observation
+hooks in it less this observer's own, tokens it re-prefilled) to that file, buffered and
+written whenever the engine goes idle so that the hot path does no I/O.
 Registered with ``RLWEAVE_PLUGIN_MODULES=rlweave.benchmarks.serving_log``."""
 
 from __future__ import annotations
