@@ -181,10 +181,10 @@ class RlweaveSchedulerMixin:
         held: list[Request] = []
         decided = False
         if self._rlweave_decides and self.waiting:
-            recomputed = self._rlweave_recomputed
+            redone = self._rlweave_recomputed  # self._view, inlined: once per running request
             decision = self._rlweave_schedule(
                 waiting=_WaitingViews(self),
-                running=[request_view(r, recomputed.get(r.request_id, 0)) for r in self.running],
+                running=[request_view(r, redone.get(r.request_id, 0)) for r in self.running],
                 engine=self._rlweave_engine,
             )
             if decision is not None:
