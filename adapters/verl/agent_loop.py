@@ -5,7 +5,8 @@
 
 Select one with ``actor_rollout_ref.rollout.agent.default_agent_loop=<name>``. A dataset row
 whose ``extra_info`` has ``rlweave_output_len`` gets exactly that many tokens in a single-turn
-response (``max_tokens`` with ``ignore_eos``): benchmarks use it to replay an output-length
+response (``max_tokens`` with ``ignore_eos``), or with ``rlweave_output_lens`` one length per
+GRPO sibling (:func:`forced_length`): benchmarks use them to replay an output-length
 distribution with a random-weight model.
 
 Every turn goes through verl's ``LLMServerClient.generate(request_id=...)``; the wrapper around
@@ -48,6 +49,28 @@ def group_key(kwargs: dict[str, Any]) -> str:
         return str(kwargs.get("uid", ""))
     text = json.dumps(list(prompt), sort_keys=True, default=str)
     return hashlib.sha1(f"{kwargs.get('data_source', '')}\0{text}".encode()).hexdigest()[:16]
+
+
+def forced_length(kwargs: dict[str, Any]) -> int | None:
+    """The response length a dataset row forces on this sample, or ``None``.
+
+    ``extra_info.rlweave_output_len`` forces one length on every sibling;
+    ``extra_info.rlweave_output_lens`` one per sibling, told apart by the ``session_id`` that
+    verl's TransferQueue agent loop gives the samples of a prompt (0 .. rollout.n - 1; the list
+    is cycled if shorter). Without a ``session_id`` every sibling would get the first length,
+    which is a different workload, so that is refused."""
+    extra = kwargs.get("extra_info") or {}
+    per_sibling = extra.get("rlweave_output_lens")
+    if per_sibling is not None and len(per_sibling):
+        session = kwargs.get("session_id")
+        if session is None:
+            raise ValueError("extra_info.rlweave_output_lens forces one length per GRPO sibling, but verl "
+                             "gave the agent loop no session_id to tell the siblings apart (its legacy "
+                             "agent loop); give one extra_info.rlweave_output_len per prompt instead, or "
+                             "run verl's TransferQueue trainer, which numbers them")
+        return int(per_sibling[int(session) % len(per_sibling)])
+    forced = extra.get("rlweave_output_len")
+    return None if forced is None else int(forced)
 
 
 class _Reports:
@@ -137,9 +160,9 @@ class _Reported:
 @register("rlweave_single_turn")
 class RlweaveSingleTurnAgentLoop(_Reported, SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
-        forced = (kwargs.get("extra_info") or {}).get("rlweave_output_len")
+        forced = forced_length(kwargs)
         if forced is not None:
-            sampling_params = {**sampling_params, "max_tokens": int(forced), "ignore_eos": True}
+            sampling_params = {**sampling_params, "max_tokens": forced, "ignore_eos": True}
         return await super().run(sampling_params, priority=priority, **kwargs)
 
 

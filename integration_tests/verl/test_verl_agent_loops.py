@@ -216,3 +216,14 @@ def test_with_another_balancer_the_agent_loop_reports_to_its_own_process(rig):
     assert kinds == ["start"] + ["turn_start", "turn_end"] * n + ["finish"]
     assert {tid for _, tid, _ in recorder.events} == {"det-0"}
     assert run.trajectories[batch[0].id].priorities == [-1 - k for k in range(n)]
+
+
+def test_a_forced_length_per_sibling_is_read_by_verls_session_id():
+    from rlweave.adapters.verl.agent_loop import forced_length
+
+    per_sibling = {"extra_info": {"rlweave_output_lens": [5, 40, 7]}}
+    assert [forced_length(per_sibling | {"session_id": i}) for i in range(4)] == [5, 40, 7, 5]
+    assert forced_length({"extra_info": {"rlweave_output_len": 12}, "session_id": 3}) == 12
+    assert forced_length({"extra_info": {"index": 0}}) is None and forced_length({}) is None
+    with pytest.raises(ValueError, match="session_id"):  # every sibling would get the first length
+        forced_length(per_sibling)

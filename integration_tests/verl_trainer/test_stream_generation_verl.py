@@ -27,6 +27,9 @@ STREAMED = ("actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.
 LONG = ("data.max_response_length=100", "actor_rollout_ref.rollout.max_model_len=196")
 STREAMED_UPDATES = (*STREAMED, "algorithm.rollout_correction.bypass_mode=true", *LONG)
 SKEWED = [4, 100, 6, 8] * 4  # one long group: the other mini-batch is ready long before it
+# Siblings of one prompt differing (rlweave_output_lens, one per GRPO sibling): a tail group
+# that one long sample holds back, and short groups.
+SIBLINGS = [[4, 100], [6, 8]] * 8
 # A learning rate at which one optimizer step moves the tiny model's log-probs far: old log-probs
 # computed after it with the updated weights instead of the generating ones would show.
 FAST_LR = ("actor_rollout_ref.actor.optim.lr=0.01",)
@@ -83,11 +86,13 @@ def test_disaggregated_async_stays_within_one_version_and_drops_no_tail_group(tm
     MoE names, and rlweave's verl_mixtral_weight_names patch makes them load into vLLM's
     Mixtral (otherwise the first push hangs)."""
     run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600, extra=STREAMED_UPDATES,
-                   output_lens=SKEWED, pin_cores=True, model_name="tiny-mixtral")
+                   output_lens=SIBLINGS, pin_cores=True, model_name="tiny-mixtral")
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2, 3]
     for step, m in run.steps.items():
         assert m["rlweave/stream/samples"] == PROMPTS * N and m["rlweave/stream/groups"] == PROMPTS, step
+        # each sibling got its own forced length: the first sibling's alone would cap the max at 6
+        assert m["response_length/min"] in (4, 6) and m["response_length/max"] in (8, 100), step
         assert m["rlweave/stream/staleness_max"] <= 1, step
         assert m.get("training/off_policy/evicted_samples", 0) == 0, step
         assert math.isfinite(m["actor/pg_loss"]), step
