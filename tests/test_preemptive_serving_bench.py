@@ -50,7 +50,7 @@ def fake_run(scale: float, workload: list[dict], levels: list[dict], preempt: bo
         key = str(level["load"])
         results = [{"latency_s": scale * 0.003 * r["output_len"], "ttft_s": 0.01, "tokens": r["output_len"],
                     "finish_s": 10.0 * scale} for r in workload[: level["requests"]]]
-        out["levels"][key] = {"rate_req_s": 30.0 * level["load"], "results": results}
+        out["levels"][key] = {"rate_req_s": 30.0 * level["load"], "results": results, "name": f"load{key}"}
         if preempt:
             out["finished"] += [{"request_id": f"load{key}-{i}", "num_preemptions": 1, "num_recomputed_tokens": 0}
                                 for i in range(level["requests"])]
@@ -78,6 +78,51 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     assert h["recomputed_tokens_per_preempted"] == 0.0
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
     assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}
+
+
+class FakeEngine:
+    """An engine process that answers every phase at once and records what it was asked."""
+
+    asked: list[tuple[str, dict]] = []
+
+    def __init__(self, policy: str, spec: dict, folder) -> None:
+        self.policy, self.info, self.rounds = policy, {"num_kv_blocks": 100}, 0
+        assert "authkey" in spec and spec["max_num_seqs"] == 4
+
+    def ask(self, command: dict) -> dict:
+        FakeEngine.asked.append((self.policy, command))
+        if command["do"] == "calibrate":
+            self.rounds += 1  # the machine slows: each round measures a lower capacity
+            return {"probe_tokens_per_s": 100.0 / self.rounds, "measured_capacity_req_s": 10.0 / self.rounds}
+        if command["do"] == "bursts":
+            return {"bursts": {"64": [0, 1]}}
+        return {"rate_req_s": command["load"] * command["capacity_req_s"], "results": []}
+
+    def close(self) -> None:
+        pass
+
+    def logs(self):
+        return [], []
+
+
+def test_engines_take_turns_at_every_phase_and_each_round_loads_against_its_own_calibration(monkeypatch):
+    from rlweave.benchmarks import serving
+
+    monkeypatch.setattr(serving, "EngineProcess", FakeEngine)
+    FakeEngine.asked = []
+    levels = [{"load": 0.2, "requests": 5}, {"load": 0.95, "requests": 10}]
+    runs = serving.interleaved_runs(["fcfs", "rlweave"], {"max_num_seqs": 4, "workload": []}, levels, 2)
+    phases = [(p, c["do"], c.get("load")) for p, c in FakeEngine.asked]
+    assert phases == [("fcfs", "calibrate", None), ("rlweave", "calibrate", None),
+                      ("fcfs", "level", 0.2), ("rlweave", "level", 0.2),
+                      ("fcfs", "level", 0.95), ("rlweave", "level", 0.95), ("rlweave", "bursts", None),
+                      # the second round starts with the other engine
+                      ("rlweave", "calibrate", None), ("fcfs", "calibrate", None),
+                      ("rlweave", "level", 0.2), ("fcfs", "level", 0.2),
+                      ("rlweave", "level", 0.95), ("fcfs", "level", 0.95), ("rlweave", "bursts", None)]
+    assert [r["capacity_req_s"] for r in runs["rlweave"]] == [10.0, 5.0]  # the round's FCFS probe
+    assert runs["rlweave"][1]["levels"]["0.95"] == {"rate_req_s": 0.95 * 5.0, "results": [], "name": "r1-load0.95"}
+    assert runs["rlweave"][0]["bursts"] == {"64": [0, 1]} and runs["fcfs"][0]["bursts"] == {}
 
 
 def test_the_vllm_client_heavy_workload_without_pandas_is_refused_with_the_fix(tmp_path, monkeypatch):
