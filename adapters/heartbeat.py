@@ -10,8 +10,11 @@ process: vLLM's engine process has no Ray connection.
 Section timers are sync-free: :meth:`HeartbeatSender.section` reads ``time.monotonic`` at the
 start and end (a GPU adapter records CUDA events instead and reports them when they complete).
 
-The monitor may answer a beat with instructions (the chaos tool's ``slow`` factor); the sender
-reads them without waiting, on its next beat.
+The monitor may send instructions back to a beat's origin: the chaos tool's ``slow`` factor,
+and to the job's controller its news (how many incidents it has logged, its counters), pushed
+the moment an incident is logged and repeated in the reply to each of the controller's beats.
+The sender's thread sleeps on its socket, so it reads them as they arrive; the controller then
+asks the monitor over Ray only when there is news, not at every stage.
 
 Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, which the
 sender sets once it knows it, so that child processes (vLLM's engine) inherit it; and who the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -52,6 +56,9 @@ class HeartbeatSender:
         self.section_start = 0.0
         self.collective = ""
         self.slow_factor = 1.0
+        # The monitor's news: incidents it has logged, its counters summed over the workers.
+        self.incidents_logged = 0
+        self.monitor_counters: dict[str, int] = {}
         self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
         # Reads the process's progress through its collectives (``"collectives#42"``) at each beat.
         self.collective_probe: Callable[[], str] | None = None
@@ -105,9 +112,11 @@ class HeartbeatSender:
                 self._activities[name] -= 1
 
     def count(self, key: str, n: int = 1) -> None:
-        """Add to a counter the monitor sums over every worker (``requests_resubmitted``)."""
+        """Add to a counter the monitor sums over every worker (``requests_resubmitted``); beats at
+        once (counts are rare), so that the step it happened in reports it."""
         with self._lock:
             self._counters[key] = self._counters.get(key, 0) + n
+        self.beat_now()
 
     def slow_down(self, duration_s: float) -> None:
         """The chaos tool's ``slow``: stretch a section that took ``duration_s`` by the factor
@@ -170,15 +179,28 @@ class HeartbeatSender:
             except (BlockingIOError, OSError):
                 return
             try:
-                self.slow_factor = float(json.loads(data).get("slow", self.slow_factor))
-            except (ValueError, AttributeError):
+                self._apply(json.loads(data))
+            except (ValueError, TypeError, AttributeError):
                 pass
+
+    def _apply(self, message: dict[str, Any]) -> None:
+        self.slow_factor = float(message.get("slow", self.slow_factor))
+        if "incidents" in message:  # every figure only grows: a late datagram takes nothing back
+            self.incidents_logged = max(self.incidents_logged, int(message["incidents"]))
+            for key, value in message.get("counters", {}).items():
+                self.monitor_counters[key] = max(self.monitor_counters.get(key, 0), int(value))
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._send()
-            self._read_instructions()
-            self._stop.wait(self.interval_s)
+            deadline = time.monotonic() + self.interval_s
+            while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+                try:
+                    readable, _, _ = select.select([self._sock], [], [], left)
+                except (OSError, ValueError):  # the socket was closed
+                    return
+                if readable:
+                    self._read_instructions()
 
     def stop(self) -> None:
         self._stop.set()

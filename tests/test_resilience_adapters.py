@@ -43,11 +43,33 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
         assert sender.slow_factor == 3.0
         with sender.activity("generate"), sender.activity("generate"):
             receive_until(receiver, lambda m: m["section"] == "generate")
-        sender.count("requests_resubmitted", 2)
-        sender.report("rollout:0/engine", alive=False, detail="gone", pid=7)
-        message, _ = receive_until(receiver, lambda m: m["reports"] or m["counters"])
+        sender.count("requests_resubmitted", 2)  # beats at once
+        message, _ = receive_until(receiver, lambda m: m["counters"])
         assert message["counters"] == {"requests_resubmitted": 2}
+        sender.report("rollout:0/engine", alive=False, detail="gone", pid=7)
+        message, _ = receive_until(receiver, lambda m: m["reports"])
         assert message["reports"][0]["worker"] == "rollout:0/engine"
+    finally:
+        sender.stop()
+        receiver.close()
+
+
+def test_the_monitors_news_reaches_a_sender_between_its_beats():
+    """The controller learns of an incident the moment the monitor pushes it, not at its next
+    beat (a long interval here), so it need not ask the monitor over Ray at every stage."""
+    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
+    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "controller:0", 30.0)
+    try:
+        _, origin = receive_until(receiver, lambda m: m["worker"] == "controller:0")
+        pushed = time.monotonic()
+        receiver.reply(origin, {"incidents": 2, "counters": {"requests_resubmitted": 5}})
+        while sender.incidents_logged != 2 and time.monotonic() < pushed + 5:
+            time.sleep(0.005)
+        assert time.monotonic() - pushed < 1.0
+        assert sender.monitor_counters == {"requests_resubmitted": 5}
+        receiver.reply(origin, {"incidents": 1})  # a late, reordered datagram never goes back
+        time.sleep(0.1)
+        assert sender.incidents_logged == 2
     finally:
         sender.stop()
         receiver.close()

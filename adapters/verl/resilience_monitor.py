@@ -5,8 +5,11 @@ It receives every worker's UDP heartbeat (:mod:`rlweave.adapters.heartbeat`), ha
 ``rlweave_incident`` what to do. It applies what is its to apply: ``kill`` ends a hung worker's
 process, and the "stop" half of a recovery (every trainer rank for ``rebuild``, the replica's
 processes for ``replace``), so that the trainer, blocked in a call to those workers, gets an
-error at once instead of waiting for a collective's timeout. The trainer polls
-:meth:`ResilienceMonitor.take` for the incidents it applies (replace, rebuild, abort).
+error at once instead of waiting for a collective's timeout. The trainer takes the incidents it
+applies (replace, rebuild, abort) with :meth:`ResilienceMonitor.take` when there is news: the
+monitor sends the count of incidents it has logged to the controller's heartbeat socket the
+moment it logs one, and again in its reply to each of the controller's beats (so a lost
+datagram costs one beat), which spares the trainer a Ray call at every stage.
 
 It also sees processes exit: a worker on this node whose pid is gone is reported dead within
 one check, which is how a crash is detected in well under a second. A worker on another node is
@@ -87,6 +90,7 @@ class ResilienceMonitor:
         self.armed: dict[int, float] = {}  # fault index -> when it fires
         self.slow: dict[str, float] = {}  # worker -> factor
         self.counters: dict[str, int] = {}
+        self.controller_origin: tuple[str, int] | None = None
         self.running = True
         for target in (self._receive_forever, self._check_forever):
             threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}").start()
@@ -159,6 +163,9 @@ class ResilienceMonitor:
             for key, value in m.get("counters", {}).items():
                 self.counters[key] = self.counters.get(key, 0) + value
             reply = {"slow": self.slow[name]} if name in self.slow else None
+            if name == CONTROLLER:
+                self.controller_origin = origin
+                reply = {**(reply or {}), **self._news()}
         finished = tuple(SectionTime(**s) for s in m.get("finished", ()))
         self.hook.rlweave_heartbeat(beat=Heartbeat(
             worker=name, time_s=now, pid=m["pid"], host=m["host"], seq=m["seq"], step=step,
@@ -217,6 +224,13 @@ class ResilienceMonitor:
               f"{incident.section or 'no section'}): {incident.detail} -> {entry['action']} {done}".rstrip())
         with self.lock:
             self.log.append(entry)
+            news, origin = self._news(), self.controller_origin
+        if origin is not None:
+            self.receiver.reply(origin, news)  # the trainer learns at once, not at its next beat
+
+    def _news(self) -> dict[str, Any]:
+        """What the controller's heartbeat is told (under the lock)."""
+        return {"incidents": len(self.log), "counters": dict(self.counters)}
 
     def _names(self) -> list[str]:
         with self.lock:

@@ -106,6 +106,7 @@ class Resilience:
         self.monitor: Any = None
         self.sender: heartbeat.HeartbeatSender | None = None
         self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
+        self.incidents_taken = 0
 
     # ------------------------------------------------------------------ the samples ledger
 
@@ -160,9 +161,16 @@ class Resilience:
 
     # ------------------------------------------------------------------ incidents
 
-    def poll(self) -> None:
-        """Take the monitor's new incidents and decide, for those the trainer applies."""
-        for entry in ray.get(self.monitor.take.remote()):
+    def poll(self, force: bool = False) -> None:
+        """Take the monitor's new incidents and decide, for those the trainer applies. Without
+        ``force``, only when the monitor's news (read by the heartbeat thread) says it logged
+        incidents not taken yet: the steady state then costs no Ray call."""
+        logged = self.sender.incidents_logged if self.sender is not None else 0
+        if not force and logged <= self.incidents_taken:
+            return
+        entries = ray.get(self.monitor.take.remote())
+        self.incidents_taken += len(entries)
+        for entry in entries:
             if entry["action"] not in (RecoveryKind.REPLACE.value, RecoveryKind.REBUILD.value,
                                        RecoveryKind.ABORT.value):
                 if entry["incident"]["kind"] == Health.STRAGGLER.value:
@@ -198,7 +206,7 @@ class Resilience:
 
     def worker_failure(self, error: BaseException) -> WorkerIncident | None:
         """The incident behind ``error`` if a trainer worker's failure explains it, else None."""
-        self.poll()
+        self.poll(force=True)  # the monitor may have logged it a moment ago: its news may be in flight
         if self.pending_rebuild is not None:
             incident, self.pending_rebuild = self.pending_rebuild, None
             return incident
@@ -432,10 +440,10 @@ class Resilience:
         self.step_figures[key] = self.step_figures.get(key, 0.0) + 1
 
     def metrics(self) -> dict[str, float]:
-        status = ray.get(self.monitor.status.remote())
+        """The step's figures, with the monitor's counts as its latest news told them."""
         figures, self.step_figures = self.step_figures, {}
-        figures["incidents"] = float(len(status["incidents"]))
-        figures[RESUBMITTED] = float(status["counters"].get(RESUBMITTED, 0))
+        figures["incidents"] = float(self.sender.incidents_logged)
+        figures[RESUBMITTED] = float(self.sender.monitor_counters.get(RESUBMITTED, 0))
         return {f"{METRIC}/{k}": v for k, v in figures.items()}
 
     # ------------------------------------------------------------------ generation

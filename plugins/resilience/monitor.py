@@ -90,7 +90,9 @@ class HealthMonitor:
     def __post_init__(self) -> None:
         self.workers: dict[str, _Worker] = {}
         self.training = False  # a worker has reported a step: start-up is over
-        self.gaps: dict[str, list[float]] = defaultdict(list)  # group -> beat gaps seen in training
+        # group -> (beat gaps seen in training, the longest): a count and a running maximum, so
+        # that a check costs the same in a job's tenth hour as in its first minute
+        self.gaps: dict[str, tuple[int, float]] = {}
         self.longest: dict[tuple[str, str], float] = {}  # (group, section) -> longest duration
         self.durations: dict[tuple[str, str], dict[str, deque[float]]] = defaultdict(dict)
         self.reported: dict[tuple[str, Health], WorkerIncident] = {}
@@ -117,7 +119,8 @@ class HealthMonitor:
             w = self.workers[beat.worker] = _Worker(beat.worker, beat.group, beat.time_s, pid=beat.pid)
         elif (beat.alive and self.training and beat.time_s > w.last_s
               and (w.name, Health.HUNG) not in self.reported):
-            self.gaps[w.group].append(beat.time_s - w.last_s)  # (a hung worker's silence is no sample)
+            seen, longest = self.gaps.get(w.group, (0, 0.0))  # (a hung worker's silence is no sample)
+            self.gaps[w.group] = (seen + 1, max(longest, beat.time_s - w.last_s))
         if not beat.alive:
             w.alive, w.exit_s, w.detail, w.step = False, beat.time_s, beat.detail, max(w.step, beat.step)
             return
@@ -150,10 +153,10 @@ class HealthMonitor:
 
     def heartbeat_timeout(self, group: str) -> float:
         p = self.policy
-        gaps = self.gaps.get(group, [])
-        if len(gaps) < p.calibration_beats:
+        seen, longest = self.gaps.get(group, (0, 0.0))
+        if seen < p.calibration_beats:
             return p.initial_timeout_s
-        return min(p.max_timeout_s, max(p.min_timeout_s, p.safety_factor * max(gaps)))
+        return min(p.max_timeout_s, max(p.min_timeout_s, p.safety_factor * longest))
 
     def section_timeout(self, group: str, section: str) -> float:
         p = self.policy
