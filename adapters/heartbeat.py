@@ -16,6 +16,10 @@ the moment an incident is logged and repeated in the reply to each of the contro
 The sender's thread sleeps on its socket, so it reads them as they arrive; the controller then
 asks the monitor over Ray only when there is news, not at every stage.
 
+What monitoring costs is measured where it is spent: each sender adds up the CPU time of its
+sends and reads (``cpu_s`` in every beat), the monitor its own process's, and the news carries
+both totals, so the trainer reports rlweave's CPU per step beside the step's time.
+
 Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, which the
 sender sets once it knows it, so that child processes (vLLM's engine) inherit it; and who the
 process is: ``RLWEAVE_WORKER`` (``role:rank``).
@@ -59,6 +63,8 @@ class HeartbeatSender:
         # The monitor's news: incidents it has logged, its counters summed over the workers.
         self.incidents_logged = 0
         self.monitor_counters: dict[str, int] = {}
+        self.monitor_cpu_s: dict[str, float] = {}  # "monitor", "heartbeats": CPU seconds so far
+        self.cpu_s = 0.0  # this sender's own CPU seconds (its sends and reads, in any thread)
         self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
         # Reads the process's progress through its collectives (``"collectives#42"``) at each beat.
         self.collective_probe: Callable[[], str] | None = None
@@ -163,16 +169,29 @@ class HeartbeatSender:
             return {"worker": self.worker, "pid": self.pid, "host": self.host, "seq": self.seq,
                     "step": self.step, "section": section, "section_s": running, "actor": self.actor,
                     "collective": collective, "finished": finished, "reports": extra,
-                    "counters": counters}
+                    "counters": counters, "cpu_s": self.cpu_s}
 
     def _send(self) -> None:
+        start = time.thread_time()
         data = json.dumps(self._message()).encode()
         try:
             self._sock.sendto(data[:MAX_DATAGRAM], self.address)
         except OSError:
             pass  # the monitor is gone or not up yet: nothing to do, the next beat tries again
+        self._spent(start)
+
+    def _spent(self, start: float) -> None:
+        with self._lock:
+            self.cpu_s += time.thread_time() - start
 
     def _read_instructions(self) -> None:
+        start = time.thread_time()
+        try:
+            self._read_all()
+        finally:
+            self._spent(start)
+
+    def _read_all(self) -> None:
         while True:
             try:
                 data, _ = self._sock.recvfrom(MAX_DATAGRAM)
@@ -189,6 +208,8 @@ class HeartbeatSender:
             self.incidents_logged = max(self.incidents_logged, int(message["incidents"]))
             for key, value in message.get("counters", {}).items():
                 self.monitor_counters[key] = max(self.monitor_counters.get(key, 0), int(value))
+            for key, value in message.get("cpu_s", {}).items():
+                self.monitor_cpu_s[key] = max(self.monitor_cpu_s.get(key, 0.0), float(value))
 
     def _run(self) -> None:
         while not self._stop.is_set():

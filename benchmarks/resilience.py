@@ -316,6 +316,7 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
              "on_ckpt": (RESILIENCE, args.save_freq)}
     per: dict[str, list[float]] = {side: [] for side in sides}
     snapshot_s = []
+    cpu: list[dict[str, float]] = []
     false_positives = 0
     for i in range(pairs):
         for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
@@ -329,6 +330,7 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                 false_positives += int(max(m.get("rlweave/resilience/incidents", 0) for m in run.steps.values()))
                 snapshot_s += [m["rlweave/resilience/snapshot_s"] for s, m in run.steps.items()
                                if s > 1 and "rlweave/resilience/snapshot_s" in m]
+                cpu += [_cpu_cost(m) for s, m in run.steps.items() if s > 1 and f"{M}monitor_cpu_s" in m]
 
     def ratios(a: str, b: str) -> list[float]:
         return [x / y - 1 for x, y in zip(per[a], per[b], strict=True)]
@@ -339,7 +341,22 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             "spread": [min(split["overhead"]), max(split["overhead"])],
             "fractions": {k: {"median": statistics.median(v), "spread": [min(v), max(v)]} for k, v in split.items()},
             "save_freq": args.save_freq, "snapshot_s": statistics.median(snapshot_s) if snapshot_s else None,
-            "false_positives": false_positives, "steps": steps, "pairs": pairs}
+            "false_positives": false_positives, "steps": steps, "pairs": pairs,
+            "cpu": {k: statistics.median(c[k] for c in cpu) for k in cpu[0]} if cpu else None}
+
+
+M = "rlweave/resilience/"
+
+
+def _cpu_cost(m: dict[str, float]) -> dict[str, float]:
+    """One monitored step's cost as measured where it is spent: the monitor's and the heartbeat
+    senders' CPU seconds and the snapshot's wall time, and their sum as a fraction of the step.
+    The fraction bounds the step's slowdown from above if every one of those CPU seconds was
+    taken from the step's critical path; it is CPU time, so the machine's drift moves it only
+    as it moves the step."""
+    cost = {"monitor_cpu_s": m[f"{M}monitor_cpu_s"], "heartbeat_cpu_s": m[f"{M}heartbeat_cpu_s"],
+            "snapshot_s": m.get(f"{M}snapshot_s", 0.0)}
+    return {**cost, "step_s": m["timing_s/step"], "fraction": sum(cost.values()) / m["timing_s/step"]}
 
 
 def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -421,6 +438,7 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
         "lost_steps": results.get("faults", {}).get("ledger", {}).get("steps_redone"),
         "false_positives": results.get("overhead", {}).get("false_positives"),
         "overhead_fraction": (round(results["overhead"]["overhead_fraction"], 4) if "overhead" in results else None),
+        "overhead_cpu_bound_fraction": _cpu_bound(results),
         "checkpoint_fraction": _fraction(results, "checkpoints"),
         "overhead_with_checkpoints_fraction": _fraction(results, "overhead_with_checkpoints"),
         "ettr": round(results["ettr"]["rlweave"]["ettr"], 3) if "ettr" in results else None,
@@ -450,6 +468,11 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
                          f"monitor + checkpoints {f['both']['median']:+.2%}",
                          f"off {statistics.median(o['step_s']['off_ckpt']):.3f}s",
                          f"on {statistics.median(o['step_s']['on_ckpt']):.3f}s", ""])
+        if o.get("cpu"):
+            c = o["cpu"]
+            rows.append(["overhead as CPU spent (bound)", f"{c['fraction']:+.2%}",
+                         f"monitor {c['monitor_cpu_s'] * 1e3:.1f} ms", f"heartbeats {c['heartbeat_cpu_s'] * 1e3:.1f} ms",
+                         f"snapshot {c['snapshot_s'] * 1e3:.1f} ms", f"of a {c['step_s']:.3f}s step", ""])
     if "ettr" in results:
         e = results["ettr"]
         def spread(side: dict[str, Any]) -> str:
@@ -466,6 +489,12 @@ def report(results: dict[str, Any], errors: dict[str, str], args: argparse.Names
                "faults_injected": FAULTS, "args": vars(args)}
     events = results.get("faults", {}).get("campaign").events if "faults" in results else []
     return BenchResult(headline, rows, regime, details, events=events)
+
+
+def _cpu_bound(results: dict[str, Any]) -> float | None:
+    """The overhead part's median step cost as CPU spent (:func:`_cpu_cost`), None without it."""
+    cpu = results.get("overhead", {}).get("cpu")
+    return round(cpu["fraction"], 4) if cpu else None
 
 
 def _fraction(results: dict[str, Any], name: str) -> float | None:

@@ -62,14 +62,32 @@ def test_the_monitors_news_reaches_a_sender_between_its_beats():
     try:
         _, origin = receive_until(receiver, lambda m: m["worker"] == "controller:0")
         pushed = time.monotonic()
-        receiver.reply(origin, {"incidents": 2, "counters": {"requests_resubmitted": 5}})
+        receiver.reply(origin, {"incidents": 2, "counters": {"requests_resubmitted": 5},
+                                "cpu_s": {"monitor": 1.5, "heartbeats": 0.25}})
         while sender.incidents_logged != 2 and time.monotonic() < pushed + 5:
             time.sleep(0.005)
         assert time.monotonic() - pushed < 1.0
         assert sender.monitor_counters == {"requests_resubmitted": 5}
-        receiver.reply(origin, {"incidents": 1})  # a late, reordered datagram never goes back
-        time.sleep(0.1)
-        assert sender.incidents_logged == 2
+        assert sender.monitor_cpu_s == {"monitor": 1.5, "heartbeats": 0.25}
+        receiver.reply(origin, {"incidents": 1, "cpu_s": {"monitor": 1.0}})  # late and reordered:
+        time.sleep(0.1)                                                      # no figure goes back
+        assert (sender.incidents_logged, sender.monitor_cpu_s["monitor"]) == (2, 1.5)
+    finally:
+        sender.stop()
+        receiver.close()
+
+
+def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():
+    """What monitoring costs is measured where it is spent, so the trainer can report it."""
+    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
+    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 30.0)
+    try:
+        receive_until(receiver, lambda m: m["seq"] == 1)
+        for _ in range(50):  # (few enough for the receiver's socket buffer)
+            sender.beat_now()
+        assert sender.cpu_s > 0
+        message, _ = receive_until(receiver, lambda m: m["seq"] == 51)
+        assert 0 < message["cpu_s"] <= sender.cpu_s
     finally:
         sender.stop()
         receiver.close()

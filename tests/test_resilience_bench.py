@@ -57,7 +57,10 @@ def test_the_report_has_the_issues_headline_and_survives_missing_parts(tmp_path)
     overhead = {"step_s": {"on": [2.6, 2.7], "off": [2.6, 2.65], "on_ckpt": [2.9, 2.9], "off_ckpt": [2.8, 2.8]},
                 "overhead_fraction": 0.01, "spread": [0.0, 0.02], "false_positives": 0, "steps": 10, "pairs": 2,
                 "save_freq": 5, "fractions": {k: {"median": m, "spread": [m, m]} for k, m in (
-                    ("overhead", 0.01), ("checkpoints", 0.07), ("overhead_with_checkpoints", 0.036), ("both", 0.1))}}
+                    ("overhead", 0.01), ("checkpoints", 0.07), ("overhead_with_checkpoints", 0.036), ("both", 0.1))},
+                "cpu": bench._cpu_cost({"rlweave/resilience/monitor_cpu_s": 0.012, "timing_s/step": 2.5,
+                                        "rlweave/resilience/heartbeat_cpu_s": 0.003,
+                                        "rlweave/resilience/snapshot_s": 0.01})}
     verl = bench.Campaign("ettr-verl", first_step_start=0.0, step_ends=[(3.0 * s, s) for s in range(1, 60)])
     ours = bench.Campaign("ettr-rlweave", first_step_start=0.0, step_ends=[(3.0 * s, s) for s in range(1, 90)])
     ettr = {"rlweave": {"campaign": ours, "ettr": 0.93, "ettr_spread": [0.9, 0.96], "clean_step_s": [2.6, 2.7],
@@ -72,7 +75,8 @@ def test_the_report_has_the_issues_headline_and_survives_missing_parts(tmp_path)
     h = result.headline
     assert set(h) == {"crash_detection_s", "hang_detection_s", "recovery_s", "lost_samples", "lost_steps",
                       "false_positives", "overhead_fraction", "checkpoint_fraction",
-                      "overhead_with_checkpoints_fraction", "ettr", "verl_ettr"}
+                      "overhead_with_checkpoints_fraction", "overhead_cpu_bound_fraction", "ettr", "verl_ettr"}
+    assert h["overhead_cpu_bound_fraction"] == 0.01  # (12 + 3 + 10 ms) of a 2.5 s step
     assert h["checkpoint_fraction"] == 0.07 and h["overhead_with_checkpoints_fraction"] == 0.036
     assert any(row[0] == "with save_freq=5 on both sides" for row in result.rows)
     assert h["crash_detection_s"] == 0.3 and h["hang_detection_s"] == 4.0 and h["lost_samples"] == 0

@@ -90,6 +90,7 @@ class ResilienceMonitor:
         self.armed: dict[int, float] = {}  # fault index -> when it fires
         self.slow: dict[str, float] = {}  # worker -> factor
         self.counters: dict[str, int] = {}
+        self.sender_cpu_s: dict[tuple[str, int], float] = {}  # (worker, pid) -> its sender's CPU so far
         self.controller_origin: tuple[str, int] | None = None
         self.running = True
         for target in (self._receive_forever, self._check_forever):
@@ -162,6 +163,7 @@ class ResilienceMonitor:
             self.workers[name] = {**m, "step": step, "origin": origin, "seen_s": now}
             for key, value in m.get("counters", {}).items():
                 self.counters[key] = self.counters.get(key, 0) + value
+            self.sender_cpu_s[(name, m["pid"])] = float(m.get("cpu_s", 0.0))
             reply = {"slow": self.slow[name]} if name in self.slow else None
             if name == CONTROLLER:
                 self.controller_origin = origin
@@ -229,8 +231,11 @@ class ResilienceMonitor:
             self.receiver.reply(origin, news)  # the trainer learns at once, not at its next beat
 
     def _news(self) -> dict[str, Any]:
-        """What the controller's heartbeat is told (under the lock)."""
-        return {"incidents": len(self.log), "counters": dict(self.counters)}
+        """What the controller's heartbeat is told (under the lock): the incidents logged, the
+        counters, and what monitoring has cost so far in CPU seconds (this process, with its Ray
+        worker's threads, and every sender; a retired worker's share stays counted)."""
+        return {"incidents": len(self.log), "counters": dict(self.counters),
+                "cpu_s": {"monitor": time.process_time(), "heartbeats": sum(self.sender_cpu_s.values())}}
 
     def _names(self) -> list[str]:
         with self.lock:

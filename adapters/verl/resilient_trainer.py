@@ -107,6 +107,7 @@ class Resilience:
         self.sender: heartbeat.HeartbeatSender | None = None
         self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
         self.incidents_taken = 0
+        self.cpu_seen: dict[str, float] = {}  # the monitor's CPU totals at the last step's end
 
     # ------------------------------------------------------------------ the samples ledger
 
@@ -440,10 +441,16 @@ class Resilience:
         self.step_figures[key] = self.step_figures.get(key, 0.0) + 1
 
     def metrics(self) -> dict[str, float]:
-        """The step's figures, with the monitor's counts as its latest news told them."""
+        """The step's figures, with the monitor's counts as its latest news told them, and what
+        monitoring cost since the last step in CPU seconds: the monitor's process
+        (``monitor_cpu_s``) and every worker's heartbeat sender (``heartbeat_cpu_s``)."""
         figures, self.step_figures = self.step_figures, {}
         figures["incidents"] = float(self.sender.incidents_logged)
         figures[RESUBMITTED] = float(self.sender.monitor_counters.get(RESUBMITTED, 0))
+        cpu = dict(self.sender.monitor_cpu_s)
+        for figure, key in (("monitor_cpu_s", "monitor"), ("heartbeat_cpu_s", "heartbeats")):
+            figures[figure] = cpu.get(key, 0.0) - self.cpu_seen.get(key, 0.0)
+        self.cpu_seen = cpu
         return {f"{METRIC}/{k}": v for k, v in figures.items()}
 
     # ------------------------------------------------------------------ generation
