@@ -10,15 +10,11 @@ process: vLLM's engine process has no Ray connection.
 Section timers are sync-free: :meth:`HeartbeatSender.section` reads ``time.monotonic`` at the
 start and end (a GPU adapter records CUDA events instead and reports them when they complete).
 
-The monitor may send instructions back to a beat's origin: the chaos tool's ``slow`` factor,
-and to the job's controller its news (how many incidents it has logged, its counters), pushed
-the moment an incident is logged and repeated in the reply to each of the controller's beats.
-The sender's thread sleeps on its socket, so it reads them as they arrive; the controller then
-asks the monitor over Ray only when there is news, not at every stage.
+The monitor may answer a beat with instructions (the chaos tool's ``slow`` factor); the
+sender's thread sleeps on its socket, so it reads them as they arrive.
 
 What monitoring costs is measured where it is spent: each sender adds up the CPU time of its
-sends and reads (``cpu_s`` in every beat), the monitor its own process's, and the news carries
-both totals, so the trainer reports rlweave's CPU per step beside the step's time.
+sends and reads, in any thread, and reports the total in every beat (``cpu_s``).
 
 Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, which the
 sender sets once it knows it, so that child processes (vLLM's engine) inherit it; and who the
@@ -60,10 +56,6 @@ class HeartbeatSender:
         self.section_start = 0.0
         self.collective = ""
         self.slow_factor = 1.0
-        # The monitor's news: incidents it has logged, its counters summed over the workers.
-        self.incidents_logged = 0
-        self.monitor_counters: dict[str, int] = {}
-        self.monitor_cpu_s: dict[str, float] = {}  # "monitor", "heartbeats": CPU seconds so far
         self.cpu_s = 0.0  # this sender's own CPU seconds (its sends and reads, in any thread)
         self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
         # Reads the process's progress through its collectives (``"collectives#42"``) at each beat.
@@ -198,18 +190,9 @@ class HeartbeatSender:
             except (BlockingIOError, OSError):
                 return
             try:
-                self._apply(json.loads(data))
+                self.slow_factor = float(json.loads(data).get("slow", self.slow_factor))
             except (ValueError, TypeError, AttributeError):
                 pass
-
-    def _apply(self, message: dict[str, Any]) -> None:
-        self.slow_factor = float(message.get("slow", self.slow_factor))
-        if "incidents" in message:  # every figure only grows: a late datagram takes nothing back
-            self.incidents_logged = max(self.incidents_logged, int(message["incidents"]))
-            for key, value in message.get("counters", {}).items():
-                self.monitor_counters[key] = max(self.monitor_counters.get(key, 0), int(value))
-            for key, value in message.get("cpu_s", {}).items():
-                self.monitor_cpu_s[key] = max(self.monitor_cpu_s.get(key, 0.0), float(value))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -54,27 +54,54 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
         receiver.close()
 
 
-def test_the_monitors_news_reaches_a_sender_between_its_beats():
-    """The controller learns of an incident the moment the monitor pushes it, not at its next
-    beat (a long interval here), so it need not ask the monitor over Ray at every stage."""
+def test_an_instruction_reaches_a_sender_between_its_beats():
+    """The sender's thread sleeps on its socket, so the monitor's answer is read as it arrives,
+    not at the next beat (a long interval here)."""
     receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
-    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "controller:0", 30.0)
+    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 30.0)
     try:
-        _, origin = receive_until(receiver, lambda m: m["worker"] == "controller:0")
-        pushed = time.monotonic()
-        receiver.reply(origin, {"incidents": 2, "counters": {"requests_resubmitted": 5},
-                                "cpu_s": {"monitor": 1.5, "heartbeats": 0.25}})
-        while sender.incidents_logged != 2 and time.monotonic() < pushed + 5:
+        _, origin = receive_until(receiver, lambda m: m["worker"] == "trainer:0")
+        sent = time.monotonic()
+        receiver.reply(origin, {"slow": 2.0})
+        while sender.slow_factor != 2.0 and time.monotonic() < sent + 5:
             time.sleep(0.005)
-        assert time.monotonic() - pushed < 1.0
-        assert sender.monitor_counters == {"requests_resubmitted": 5}
-        assert sender.monitor_cpu_s == {"monitor": 1.5, "heartbeats": 0.25}
-        receiver.reply(origin, {"incidents": 1, "cpu_s": {"monitor": 1.0}})  # late and reordered:
-        time.sleep(0.1)                                                      # no figure goes back
-        assert (sender.incidents_logged, sender.monitor_cpu_s["monitor"]) == (2, 1.5)
+        assert time.monotonic() - sent < 1.0
     finally:
         sender.stop()
         receiver.close()
+
+
+def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_tool():
+    """The monitor runs as threads of the trainer's process: the trainer takes each incident
+    once with the decision logged beside it, reads what monitoring cost, and ``rlweave chaos``
+    reaches the monitor over its socket."""
+    from rlweave.adapters.verl.chaos import _ask
+    from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor
+    from rlweave.config import Setting
+    from rlweave.host import activate
+
+    activate([Setting("resilience.enable", True, "test")], export_env=False)
+    monitor = ResilienceMonitor("job", [], 0.05, host_ip="127.0.0.1")
+    address = heartbeat.parse_address(monitor.address())
+    sender = heartbeat.HeartbeatSender(address, "agent_loop:0", 0.05)
+    try:
+        sender.report("agent_loop:1", alive=False, detail="gone", pid=999_999)  # no recovery: abort
+        deadline = time.monotonic() + 5
+        while monitor.logged() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [entry] = monitor.take()
+        assert (entry["incident"]["worker"], entry["action"]) == ("agent_loop:1", "abort")
+        assert monitor.take() == [] and monitor.logged() == 1
+        assert _ask(address, {"chaos": "inject", "fault": {"action": "kill", "worker": "trainer:0", "step": 9}})
+        status = _ask(address, {"chaos": "status"})
+        assert set(status["workers"]) == {"agent_loop:0"} and len(status["incidents"]) == 1
+        assert monitor.faults[-1].worker == "trainer:0"
+        costs = monitor.costs()
+        assert costs["monitor"] > 0 and costs["heartbeats"] > 0
+    finally:
+        sender.stop()
+        monitor.stop()
+        monitor.receiver.close()
 
 
 def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():

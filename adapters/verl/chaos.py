@@ -3,8 +3,9 @@
 Two ways in:
 
 - into a job that runs with ``+rlweave.resilience.enable=true``: hand faults to its monitor
-  actor (:meth:`ResilienceMonitor.inject`), which fires each at the step and section it names
-  (the same grammar as ``rlweave.resilience.faults``);
+  (:meth:`ResilienceMonitor.inject`, over the monitor's UDP socket, whose address the job
+  leaves in Ray's internal KV), which fires each at the step and section it names (the same
+  grammar as ``rlweave.resilience.faults``);
 - into any verl job on this machine, resilience on or off (the baseline: verl's own path), at
   once: find the worker's process (a trainer rank is ``ray::WorkerDict`` with ``RANK``; a
   replica's engine is the vLLM engine process with ``VERL_REPLICA_RANK``, its server that
@@ -65,32 +66,50 @@ def signal_now(worker: str, action: str) -> list[int]:
     return pids
 
 
-def _monitor(address: str) -> Any:
+def _monitor(address: str) -> tuple[str, int]:
+    """The UDP address of the one running job's monitor on the Ray cluster at ``address``."""
     import ray
+    from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_list
 
-    from rlweave.adapters.verl.resilience_monitor import NAME, NAMESPACE
+    from rlweave.adapters.heartbeat import parse_address
+    from rlweave.adapters.verl.resilience_monitor import KV_PREFIX
 
     if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
-    try:
-        return ray.get_actor(NAME, namespace=NAMESPACE)
-    except ValueError:
-        raise SystemExit("rlweave chaos: no running job with rlweave.resilience enabled on this Ray cluster "
-                         f"({address}); without it, use 'rlweave chaos kill|stop WORKER' (now)") from None
+        ray.init(address=address, log_to_driver=False)
+    keys = _internal_kv_list(KV_PREFIX)
+    if len(keys) != 1:
+        jobs = ", ".join(k.decode()[len(KV_PREFIX):] for k in keys)
+        raise SystemExit(f"rlweave chaos: {'no running job' if not keys else 'several jobs (' + jobs + ')'} with "
+                         f"rlweave.resilience enabled on this Ray cluster ({address}); without it, use "
+                         "'rlweave chaos kill|stop WORKER' (now)")
+    return parse_address(_internal_kv_get(keys[0]).decode())
+
+
+def _ask(monitor: tuple[str, int], message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+    """Send the monitor one request and return its answer."""
+    import json
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendto(json.dumps(message).encode(), monitor)
+        try:
+            return json.loads(sock.recvfrom(1 << 16)[0])
+        except TimeoutError:
+            raise SystemExit(f"rlweave chaos: the job's monitor at {monitor[0]}:{monitor[1]} did not answer in "
+                             f"{timeout_s:.0f} s (is the job still running?)") from None
 
 
 def inject(faults: tuple[FaultSpec, ...], address: str = "auto") -> None:
-    import ray
     from dataclasses import asdict
 
     monitor = _monitor(address)
-    ray.get([monitor.inject.remote(asdict(f)) for f in faults])
+    for fault in faults:
+        _ask(monitor, {"chaos": "inject", "fault": asdict(fault)})
 
 
 def status(address: str = "auto") -> dict[str, Any]:
-    import ray
-
-    return ray.get(_monitor(address).status.remote())
+    return _ask(_monitor(address), {"chaos": "status"})
 
 
 def corrupt_newest(root: str | os.PathLike, how: str = "flip", step: int | None = None) -> str:

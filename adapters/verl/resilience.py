@@ -8,7 +8,7 @@ Ray's internal KV once the trainer has started it. The workers: trainer ranks (v
 engine process beats through rlweave's vLLM adapter), agent-loop workers and reward workers.
 
 :func:`install` replaces verl's ``sync`` trainer by its resilient subclass
-(:mod:`rlweave.adapters.verl.resilient_trainer`): the monitor actor, host-memory snapshots,
+(:mod:`rlweave.adapters.verl.resilient_trainer`): the monitor, host-memory snapshots,
 recovery by role, two-stage checkpoints.
 """
 

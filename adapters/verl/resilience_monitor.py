@@ -1,4 +1,4 @@
-"""The resilience monitor of a verl job: a Ray actor on the driver's node.
+"""The resilience monitor of a verl job: two threads in the trainer's process (verl's TaskRunner).
 
 It receives every worker's UDP heartbeat (:mod:`rlweave.adapters.heartbeat`), hands each to
 ``rlweave_heartbeat``, and every ``check_s`` asks ``rlweave_health_check`` what is wrong and
@@ -6,10 +6,14 @@ It receives every worker's UDP heartbeat (:mod:`rlweave.adapters.heartbeat`), ha
 process, and the "stop" half of a recovery (every trainer rank for ``rebuild``, the replica's
 processes for ``replace``), so that the trainer, blocked in a call to those workers, gets an
 error at once instead of waiting for a collective's timeout. The trainer takes the incidents it
-applies (replace, rebuild, abort) with :meth:`ResilienceMonitor.take` when there is news: the
-monitor sends the count of incidents it has logged to the controller's heartbeat socket the
-moment it logs one, and again in its reply to each of the controller's beats (so a lost
-datagram costs one beat), which spares the trainer a Ray call at every stage.
+applies (replace, rebuild, abort) with :meth:`ResilienceMonitor.take`, a method call.
+
+Why in the trainer's process and not an actor of its own: the monitor needs nothing from Ray
+but a process that lives as long as the job, and the trainer's is that process (when it dies,
+the job is over). An actor of its own cost an idle Ray worker's CPU (7-14 ms a second on the
+CPU rig, as much as the monitor's own work) and a Ray call for every question the trainer
+asked. Its threads wait on a socket and a timer, so they take the GIL only to do their work, and
+the interpreter's switch interval (5 ms) lets them run while the trainer computes.
 
 It also sees processes exit: a worker on this node whose pid is gone is reported dead within
 one check, which is how a crash is detected in well under a second. A worker on another node is
@@ -17,10 +21,12 @@ judged by its heartbeats alone.
 
 The chaos tool's faults are injected here, because this is where every worker's pid and
 progress meet: at the step and section a fault names, SIGKILL or SIGSTOP its process, or tell
-it (in the reply to its beat) to run ``factor`` times slower.
+it (in the reply to its beat) to run ``factor`` times slower. ``rlweave chaos inject`` and
+``status`` reach a running job's monitor over the same UDP socket as the beats, at the address
+the job leaves in Ray's internal KV (which is also how senders find it).
 
-Found by name (``rlweave_resilience_monitor`` in namespace ``rlweave``) and by the job's entry
-in Ray's internal KV (the UDP address that senders look up).
+What monitoring costs is counted where it is spent: the CPU time of the monitor's own threads,
+and each sender's, reported in its beats (:meth:`ResilienceMonitor.costs`).
 """
 
 from __future__ import annotations
@@ -40,12 +46,12 @@ from rlweave.adapters.heartbeat import HeartbeatReceiver
 from rlweave.host import get_host
 from rlweave.types import FaultSpec, Health, Heartbeat, RecoveryKind, SectionTime, WorkerIncident
 
-NAME, NAMESPACE = "rlweave_resilience_monitor", "rlweave"
 CONTROLLER = "controller:0"
+KV_PREFIX = "rlweave/resilience/monitor/"
 
 
 def kv_key(job_id: str) -> bytes:
-    return f"rlweave/resilience/monitor/{job_id}".encode()
+    return f"{KV_PREFIX}{job_id}".encode()
 
 
 def monitor_address(job_id: str) -> str | None:
@@ -68,15 +74,17 @@ def _exited(pid: int) -> str | None:
 
 
 class ResilienceMonitor:
-    """See the module docstring. One per job, created by the resilient trainer."""
+    """See the module docstring. One per job, started by the resilient trainer."""
 
-    def __init__(self, job_id: str, faults: list[FaultSpec], check_s: float) -> None:
+    def __init__(self, job_id: str, faults: list[FaultSpec], check_s: float, host_ip: str | None = None) -> None:
         self.hook = get_host().hook
         self.host = socket.gethostname()
-        self.receiver = HeartbeatReceiver(ray.util.get_node_ip_address())
-        from ray.experimental.internal_kv import _internal_kv_put
+        self.receiver = HeartbeatReceiver(host_ip or ray.util.get_node_ip_address())
+        self.job_id = job_id
+        if host_ip is None:  # a job's monitor; a test's has no Ray
+            from ray.experimental.internal_kv import _internal_kv_put
 
-        _internal_kv_put(kv_key(job_id), self.receiver.address.encode(), overwrite=True)
+            _internal_kv_put(kv_key(job_id), self.receiver.address.encode(), overwrite=True)
         self.check_s = check_s
         self.lock = threading.Lock()
         self.workers: dict[str, dict[str, Any]] = {}  # name -> last beat, plus "origin"
@@ -91,15 +99,26 @@ class ResilienceMonitor:
         self.slow: dict[str, float] = {}  # worker -> factor
         self.counters: dict[str, int] = {}
         self.sender_cpu_s: dict[tuple[str, int], float] = {}  # (worker, pid) -> its sender's CPU so far
-        self.controller_origin: tuple[str, int] | None = None
+        self.thread_cpu_s: dict[str, float] = {}  # the monitor's threads' CPU so far
         self.running = True
         for target in (self._receive_forever, self._check_forever):
             threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}").start()
 
-    # ------------------------------------------------------------------ remote API
+    # ------------------------------------------------------------------ the trainer's (and chaos') API
 
     def address(self) -> str:
         return self.receiver.address
+
+    def logged(self) -> int:
+        """How many incidents have been logged (taken or not)."""
+        with self.lock:
+            return len(self.log)
+
+    def costs(self) -> dict[str, float]:
+        """CPU seconds spent on monitoring so far: the monitor's threads (``monitor``) and every
+        sender's sends and reads (``heartbeats``; a retired worker's share stays counted)."""
+        with self.lock:
+            return {"monitor": sum(self.thread_cpu_s.values()), "heartbeats": sum(self.sender_cpu_s.values())}
 
     def take(self) -> list[dict[str, Any]]:
         """The incidents (with the monitor's decision) not handed to the trainer before."""
@@ -137,19 +156,43 @@ class ResilienceMonitor:
 
     def stop(self) -> None:
         self.running = False
+        if ray.is_initialized():
+            from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_initialized
+
+            if _internal_kv_initialized():
+                _internal_kv_del(kv_key(self.job_id))
 
     # ------------------------------------------------------------------ beats
 
     def _receive_forever(self) -> None:
         while self.running:
             got = self.receiver.receive()
+            self._count_cpu("receive")
             if got is None:
                 continue
             message, origin = got
             try:
-                self._on_message(message, origin)
+                if "chaos" in message:
+                    self._on_chaos(message, origin)
+                else:
+                    self._on_message(message, origin)
             except Exception as error:  # a malformed beat must not stop the monitor
                 print(f"rlweave resilience monitor: dropped a beat ({type(error).__name__}: {error})")
+
+    def _count_cpu(self, thread: str) -> None:
+        """This thread's CPU so far (read in the thread itself)."""
+        with self.lock:
+            self.thread_cpu_s[thread] = time.thread_time()
+
+    def _on_chaos(self, m: dict[str, Any], origin: tuple[str, int]) -> None:
+        """``rlweave chaos`` on a running job: ``inject`` a fault, or the monitor's ``status``."""
+        if m["chaos"] == "inject":
+            self.inject(m["fault"])
+            self.receiver.reply(origin, {"injected": m["fault"]})
+        elif m["chaos"] == "status":
+            status = self.status()
+            status["incidents"] = status["incidents"][-20:]  # a datagram's worth
+            self.receiver.reply(origin, status)
 
     def _on_message(self, m: dict[str, Any], origin: tuple[str, int]) -> None:
         now = time.time()
@@ -165,9 +208,6 @@ class ResilienceMonitor:
                 self.counters[key] = self.counters.get(key, 0) + value
             self.sender_cpu_s[(name, m["pid"])] = float(m.get("cpu_s", 0.0))
             reply = {"slow": self.slow[name]} if name in self.slow else None
-            if name == CONTROLLER:
-                self.controller_origin = origin
-                reply = {**(reply or {}), **self._news()}
         finished = tuple(SectionTime(**s) for s in m.get("finished", ()))
         self.hook.rlweave_heartbeat(beat=Heartbeat(
             worker=name, time_s=now, pid=m["pid"], host=m["host"], seq=m["seq"], step=step,
@@ -196,6 +236,7 @@ class ResilienceMonitor:
                 self._check()
             except Exception as error:
                 print(f"rlweave resilience monitor: check failed ({type(error).__name__}: {error})")
+            self._count_cpu("check")
 
     def _check(self) -> None:
         with self.lock:
@@ -226,16 +267,6 @@ class ResilienceMonitor:
               f"{incident.section or 'no section'}): {incident.detail} -> {entry['action']} {done}".rstrip())
         with self.lock:
             self.log.append(entry)
-            news, origin = self._news(), self.controller_origin
-        if origin is not None:
-            self.receiver.reply(origin, news)  # the trainer learns at once, not at its next beat
-
-    def _news(self) -> dict[str, Any]:
-        """What the controller's heartbeat is told (under the lock): the incidents logged, the
-        counters, and what monitoring has cost so far in CPU seconds (this process, with its Ray
-        worker's threads, and every sender; a retired worker's share stays counted)."""
-        return {"incidents": len(self.log), "counters": dict(self.counters),
-                "cpu_s": {"monitor": time.process_time(), "heartbeats": sum(self.sender_cpu_s.values())}}
 
     def _names(self) -> list[str]:
         with self.lock:
@@ -322,12 +353,6 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Health) else v) for k, v in d.items()}
 
 
-def start_monitor(job_id: str, faults: tuple[FaultSpec, ...], check_s: float) -> Any:
-    """Create this job's monitor on the caller's node; returns its handle once it listens."""
-    node = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(ResilienceMonitor).options(
-        name=NAME, namespace=NAMESPACE, num_cpus=0, max_concurrency=8, lifetime=None,
-        scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node, soft=False),
-    ).remote(job_id, list(faults), check_s)
-    ray.get(actor.address.remote())
-    return actor
+def start_monitor(job_id: str, faults: tuple[FaultSpec, ...], check_s: float) -> ResilienceMonitor:
+    """Start this job's monitor in the caller's process (the trainer's); it listens at once."""
+    return ResilienceMonitor(job_id, list(faults), check_s)

@@ -3,8 +3,8 @@
 :func:`resilient` subclasses verl's ``sync`` trainer; the subclass only adds, around verl's own
 methods:
 
-- **monitoring**: the job's monitor actor (:mod:`.resilience_monitor`) and the controller's
-  heartbeat, one section per stage;
+- **monitoring**: the job's monitor (:mod:`.resilience_monitor`, threads in this process) and
+  the controller's heartbeat, one section per stage;
 - **stage 1 checkpoint**: after each step's update, verl's FSDP checkpoint of every trainer
   rank written to host memory (:mod:`.checkpoints`);
 - **trainer recovery**: a stage that fails because a trainer rank died (or was killed as the
@@ -51,7 +51,7 @@ from verl.workers.utils.losses import value_loss
 
 from rlweave.adapters import heartbeat
 from rlweave.adapters.verl import checkpoints as ckpt
-from rlweave.adapters.verl.resilience_monitor import CONTROLLER, start_monitor
+from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
 from rlweave.adapters.verl.resilient_workers import (
     RESUBMITTED,
     ResilientActorRolloutRefWorker,
@@ -103,11 +103,10 @@ class Resilience:
         self.last_replace_s: dict[int, float] = {}
         self.update_weights: Callable[..., Any] = lambda *a, **k: None  # verl's, unguarded
         self.step_figures: dict[str, float] = {}
-        self.monitor: Any = None
+        self.monitor: ResilienceMonitor | None = None
         self.sender: heartbeat.HeartbeatSender | None = None
         self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
-        self.incidents_taken = 0
-        self.cpu_seen: dict[str, float] = {}  # the monitor's CPU totals at the last step's end
+        self.cpu_seen: dict[str, float] = {}  # monitoring's CPU totals at the last step's end
 
     # ------------------------------------------------------------------ the samples ledger
 
@@ -138,8 +137,7 @@ class Resilience:
 
     def start(self) -> None:
         self.monitor = start_monitor(self.job_id, self.settings.faults, self.settings.check_s)
-        address = ray.get(self.monitor.address.remote())
-        self.sender = heartbeat.start(address, CONTROLLER, self.settings.heartbeat_s)
+        self.sender = heartbeat.start(self.monitor.address(), CONTROLLER, self.settings.heartbeat_s)
         self.snapshots.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
@@ -147,8 +145,8 @@ class Resilience:
             future.result()
         self.persist_pool.shutdown(wait=True)
         if self.monitor is not None:
-            status = ray.get(self.monitor.status.remote())
-            ray.get(self.monitor.stop.remote())
+            status = self.monitor.status()
+            self.monitor.stop()
             print(f"rlweave resilience: {len(status['incidents'])} incident(s); workers that beat: "
                   f"{', '.join(sorted(status['workers']))}")
         shutil.rmtree(self.snapshots, ignore_errors=True)
@@ -162,24 +160,16 @@ class Resilience:
 
     # ------------------------------------------------------------------ incidents
 
-    def poll(self, force: bool = False) -> None:
-        """Take the monitor's new incidents and decide, for those the trainer applies. Without
-        ``force``, only when the monitor's news (read by the heartbeat thread) says it logged
-        incidents not taken yet: the steady state then costs no Ray call."""
-        logged = self.sender.incidents_logged if self.sender is not None else 0
-        if not force and logged <= self.incidents_taken:
-            return
-        entries = ray.get(self.monitor.take.remote())
-        self.incidents_taken += len(entries)
-        for entry in entries:
+    def poll(self) -> None:
+        """Take the monitor's new incidents and apply the decision it logged with each, for
+        those the trainer applies (one decision per incident: the policy counts recoveries)."""
+        for entry in self.monitor.take():
             if entry["action"] not in (RecoveryKind.REPLACE.value, RecoveryKind.REBUILD.value,
                                        RecoveryKind.ABORT.value):
                 if entry["incident"]["kind"] == Health.STRAGGLER.value:
                     self.count("stragglers")
                 continue
-            incident = _incident(entry)
-            action = self.hook.rlweave_incident(incident=incident)
-            self._apply_later(incident, action)
+            self._apply_later(_incident(entry), RecoveryAction(RecoveryKind(entry["action"]), entry["reason"]))
 
     def _apply_later(self, incident: WorkerIncident, action: RecoveryAction | None) -> None:
         if incident.role == "trainer" and incident.since_s < self.last_rebuild_s:
@@ -207,7 +197,7 @@ class Resilience:
 
     def worker_failure(self, error: BaseException) -> WorkerIncident | None:
         """The incident behind ``error`` if a trainer worker's failure explains it, else None."""
-        self.poll(force=True)  # the monitor may have logged it a moment ago: its news may be in flight
+        self.poll()
         if self.pending_rebuild is not None:
             incident, self.pending_rebuild = self.pending_rebuild, None
             return incident
@@ -368,7 +358,7 @@ class Resilience:
               f"{incident.kind.value}); restoring the snapshot of step {self.snapshot_step}")
         self.last_rebuild_s = start
         names = [f"trainer:{rank}" for rank in range(t.actor_rollout_wg.world_size)]
-        ray.get(self.monitor.retire.remote(names))
+        self.monitor.retire(names)
         old = {w._actor_id: w for wg in self._worker_groups() for w in wg.workers}
         for worker in old.values():
             ray.kill(worker, no_restart=True)
@@ -406,7 +396,7 @@ class Resilience:
             balancer = manager.global_load_balancer
             self.last_replace_s[replica_rank] = start
             ray.get(balancer.remove_servers.remote([old.server_address]))
-            ray.get(self.monitor.retire.remote([f"rollout:{replica_rank}", f"rollout:{replica_rank}/engine"]))
+            self.monitor.retire([f"rollout:{replica_rank}", f"rollout:{replica_rank}/engine"])
             for server in old.servers:
                 ray.kill(server, no_restart=True)
             _wait_dead(old.servers)
@@ -426,7 +416,7 @@ class Resilience:
             self._done(incident, RecoveryAction(RecoveryKind.REPLACE, incident.detail), start)
 
     def _done(self, incident: WorkerIncident, action: RecoveryAction, start: float) -> None:
-        status = ray.get(self.monitor.status.remote())
+        status = self.monitor.status()
         faults = [f["time_s"] for f in status["faults"] if f["time_s"] <= incident.detected_s]
         record = RecoveryRecord(incident=incident, action=action, start_s=start, end_s=time.time(),
                                 fault_s=max(faults, default=0.0),
@@ -441,13 +431,13 @@ class Resilience:
         self.step_figures[key] = self.step_figures.get(key, 0.0) + 1
 
     def metrics(self) -> dict[str, float]:
-        """The step's figures, with the monitor's counts as its latest news told them, and what
-        monitoring cost since the last step in CPU seconds: the monitor's process
-        (``monitor_cpu_s``) and every worker's heartbeat sender (``heartbeat_cpu_s``)."""
+        """The step's figures, the monitor's counts, and what monitoring cost since the last step
+        in CPU seconds: the monitor's threads (``monitor_cpu_s``) and every worker's heartbeat
+        sender (``heartbeat_cpu_s``)."""
         figures, self.step_figures = self.step_figures, {}
-        figures["incidents"] = float(self.sender.incidents_logged)
-        figures[RESUBMITTED] = float(self.sender.monitor_counters.get(RESUBMITTED, 0))
-        cpu = dict(self.sender.monitor_cpu_s)
+        figures["incidents"] = float(self.monitor.logged())
+        figures[RESUBMITTED] = float(self.monitor.counters.get(RESUBMITTED, 0))
+        cpu = self.monitor.costs()
         for figure, key in (("monitor_cpu_s", "monitor"), ("heartbeat_cpu_s", "heartbeats")):
             figures[figure] = cpu.get(key, 0.0) - self.cpu_seen.get(key, 0.0)
         self.cpu_seen = cpu

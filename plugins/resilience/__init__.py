@@ -13,6 +13,6 @@ Pure parts, no framework imported:
 - :mod:`.plugin`: the hook implementations.
 
 The verl adapter is :mod:`rlweave.adapters.verl.resilience` (the trainer's recovery, the
-host-memory snapshots, the monitor actor); heartbeat senders are
+host-memory snapshots, the monitor); heartbeat senders are
 :mod:`rlweave.adapters.heartbeat`. Faults to inject are written as in :mod:`rlweave.chaos`.
 """

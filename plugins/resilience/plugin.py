@@ -1,9 +1,10 @@
 """Hook implementations of the resilience plugin (MegaScale).
 
-Two processes hold state: the verl monitor actor (one :class:`~.monitor.HealthMonitor` fed by
-``rlweave_heartbeat``, asked by ``rlweave_health_check``) and the verl trainer, which applies
-recoveries (its :class:`~.policy.RecoveryPolicy` counts them). Both ask ``rlweave_incident``;
-each applies the actions that are its to apply.
+One process holds the state, verl's trainer: its monitor's threads feed one
+:class:`~.monitor.HealthMonitor` through ``rlweave_heartbeat`` and ask ``rlweave_health_check``
+and ``rlweave_incident`` (one decision per incident; :class:`~.policy.RecoveryPolicy` counts the
+recoveries), and the trainer applies the decisions that are its to apply; it asks
+``rlweave_incident`` itself only for a worker failure the monitor did not log.
 """
 
 from __future__ import annotations

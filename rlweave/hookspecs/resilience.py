@@ -1,6 +1,6 @@
 """Fault tolerance and diagnosis (MegaScale): heartbeats, stragglers, hangs, recovery, checkpoints.
 
-Called by ``rlweave.adapters.verl.resilience`` (the trainer and its monitor actor) and by the
+Called by ``rlweave.adapters.verl.resilience`` (the trainer and its monitor) and by the
 heartbeat senders that the verl and vLLM adapters start in their workers' processes.
 """
 
@@ -32,21 +32,21 @@ def rlweave_resilience_settings() -> ResilienceSettings | None:
 @hookspec
 def rlweave_heartbeat(beat: Heartbeat) -> None:
     """A worker's heartbeat or progress reached the monitor, or the monitor saw its process exit
-    (``beat.alive`` False). Called by the monitor actor once per datagram received."""
+    (``beat.alive`` False). Called by the monitor once per datagram received."""
 
 
 @hookspec
 def rlweave_health_check(now_s: float) -> Sequence[WorkerIncident]:
     """The monitor's periodic check, every ``ResilienceSettings.check_s`` on its monotonic
     clock: return the incidents first detected since the previous call (each incident once),
-    localised (the worker that stopped first is the culprit). Called by the monitor actor."""
+    localised (the worker that stopped first is the culprit). Called by the monitor."""
 
 
 @hookspec(firstresult=True)
 def rlweave_incident(incident: WorkerIncident) -> RecoveryAction | None:
     """What to do about an incident: kill, replace, rebuild, report or abort.
 
-    Called by the monitor actor for what its health check found (it applies ``kill`` itself)
+    Called by the monitor for what its health check found (it applies ``kill`` itself)
     and by the verl trainer for a worker failure it met (it applies ``replace`` and
     ``rebuild``). ``None``: the framework's own behaviour (the job fails).
     """
