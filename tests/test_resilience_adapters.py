@@ -199,6 +199,21 @@ def test_staging_a_good_checkpoint_copies_each_nodes_share(tmp_path):
     assert copied == {f"actor/{k}_world_size_2_rank_1.pt" for k in ("model", "optim", "extra_state")}
 
 
+def test_the_callers_node_has_its_snapshot_host_in_process_and_each_node_answers_in_order(tmp_path):
+    """No Ray actor (and its idle CPU) for the trainer's own node: ``start_hosts`` gives that
+    node a plain object, and ``on_each_host`` calls it directly."""
+    final = persist(tmp_path, 2)
+    files = ckpt.read_manifest(final)["files"]
+    [here] = ckpt.start_hosts({"node-a": [0, 1]}, here="node-a").values()
+    assert isinstance(here, ckpt.SnapshotHost)
+    hosts = {"a": here, "b": ckpt.SnapshotHost()}
+    answers = ckpt.on_each_host(hosts, "stage", lambda node: (str(final), str(tmp_path / node), files,
+                                                              [0] if node == "a" else [1]))
+    assert answers == [[], []]
+    assert {p.name for p in (tmp_path / "b").rglob("*.pt")} == {
+        f"{k}_world_size_2_rank_1.pt" for k in ("model", "optim", "extra_state")}
+
+
 def test_heatmap_shows_the_slow_rank(tmp_path):
     events = [{"ph": "X", "name": "update_actor", "worker": f"trainer:{rank}", "dur": d * 1e6, "ts": 0,
                "args": {"section": True, "step": step}}

@@ -5,9 +5,10 @@ checkpoint code writes each rank's model, optimizer and extra state into host me
 folder, ``snapshot_dir``, ``/dev/shm`` by default). That memory belongs to no process, so it
 survives every trainer rank; rebuilding a trainer group restores from it with verl's own loader.
 
-**Stage 2**, at verl's ``save_freq``, off the critical path: a :class:`SnapshotHost` actor on
-each node copies its ranks' files into ``default_local_dir/global_step_N`` in the background,
-hashing them as they go; the trainer adds verl's ``data.pt`` and a manifest (every file's size
+**Stage 2**, at verl's ``save_freq``, off the critical path: a :class:`SnapshotHost` for each
+node (in the trainer's process for its own node, a Ray actor on any other) copies its ranks'
+files into ``default_local_dir/global_step_N`` in the background, hashing them as they go; the
+trainer adds verl's ``data.pt`` and a manifest (every file's size
 and SHA-256), and the folder appears under its final name by one rename of a
 ``global_step_N.rlweave-partial`` folder, after which the tracker file
 ``latest_checkpointed_iteration.txt`` is replaced atomically too. So verl's ``resume_mode=auto``
@@ -33,7 +34,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import ray
@@ -125,13 +126,27 @@ class SnapshotHost:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def start_hosts(nodes: dict[str, list[int]]) -> dict[str, object]:
-    """A :class:`SnapshotHost` on each Ray node id in ``nodes`` (node -> its trainer ranks)."""
+def start_hosts(nodes: dict[str, list[int]], here: str) -> dict[str, object]:
+    """A :class:`SnapshotHost` for each Ray node id in ``nodes`` (node -> its trainer ranks):
+    on node ``here`` (the caller's) an object in this process, elsewhere a Ray actor on that
+    node. (An actor of its own would cost an idle Ray worker's CPU all job long, on the node
+    whose host processes the trainer's step shares.)"""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     cls = ray.remote(SnapshotHost)
-    return {node: cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    return {node: SnapshotHost() if node == here else
+            cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
             for node in nodes}
+
+
+def on_each_host(hosts: dict[str, object], method: str, args_of: Callable[[str], tuple]) -> list:
+    """``method(*args_of(node))`` on every node's host, the remote ones in parallel with the
+    local one; the answers in the order of ``hosts``."""
+    remote = {node: getattr(host, method).remote(*args_of(node))
+              for node, host in hosts.items() if not isinstance(host, SnapshotHost)}
+    local = {node: getattr(host, method)(*args_of(node))
+             for node, host in hosts.items() if isinstance(host, SnapshotHost)}
+    return [local[node] if node in local else ray.get(remote[node]) for node in hosts]
 
 
 def write_json_atomically(path: Path, value: object) -> None:

@@ -265,7 +265,7 @@ class Resilience:
         self.node_ranks = {}
         for node, rank in where:
             self.node_ranks.setdefault(node, []).append(rank)
-        self.hosts = ckpt.start_hosts(self.node_ranks)
+        self.hosts = ckpt.start_hosts(self.node_ranks, ray.get_runtime_context().get_node_id())
 
     def _ranks(self, node: str) -> list[int] | None:
         return None if len(self.node_ranks) == 1 else self.node_ranks[node]
@@ -287,8 +287,8 @@ class Resilience:
         def write() -> None:
             try:
                 start = time.perf_counter()
-                parts = ray.get([host.persist.remote(str(source), str(partial_dir), self._ranks(node))
-                                 for node, host in self.hosts.items()])
+                parts = ckpt.on_each_host(self.hosts, "persist",
+                                          lambda node: (str(source), str(partial_dir), self._ranks(node)))
                 files = {k: v for part in parts for k, v in part.items()}
                 final = ckpt.finish_persist(root, step, files, data, world, keep)
                 self.step_figures["persist_s"] = time.perf_counter() - start
@@ -325,8 +325,8 @@ class Resilience:
             staged = self.snapshot_folder(chosen.step)
             shutil.rmtree(staged, ignore_errors=True)
             files = (manifests[chosen.path] or {}).get("files")
-            problems = [p for part in ray.get([host.stage.remote(chosen.path, str(staged), files, self._ranks(node))
-                                                for node, host in self.hosts.items()]) for p in part]
+            problems = [p for part in ckpt.on_each_host(self.hosts, "stage", lambda node: (
+                chosen.path, str(staged), files, self._ranks(node))) for p in part]
             if not problems:
                 break
             candidates = [CheckpointCandidate(c.step, c.path, tuple(problems)) if c.path == chosen.path else c
