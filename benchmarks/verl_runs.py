@@ -65,7 +65,9 @@ SAMPLES_PER_STEP = 8  # data.train_batch_size x rollout.n in the base command
 MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
                     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu")
-STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+STEP_LINE = re.compile(r"\s*step:(\d+) - (.*)")
+RAY_PREFIX = re.compile(r"(?:\x1b\[\d+m)?(\([^)]*pid=\d+[^)]*\))(?:\x1b\[0m)? ?")
+CONTINUATION = re.compile(r"\S+(?: - \S+)*")  # key:value items, nothing else
 
 
 @dataclass
@@ -141,21 +143,51 @@ def verl_env(trace_dir: Path | None, pin_cores: bool = False) -> dict[str, str]:
 
 
 def parse_steps(log: str) -> dict[int, dict[str, float]]:
-    """verl's console logger prints ``step:N - key:value - key:value ...`` once per step."""
+    """verl's console logger prints ``step:N - key:value - key:value ...`` once per step.
+
+    Ray forwards a process's output as it is flushed, so a long step line can arrive in pieces
+    with other lines between them, the same process's stderr too (seen: a line cut inside
+    ``global_seqlen/max``, TransferQueue's warnings between the pieces). A later line of the
+    same process that is only ``key:value`` items (no space but in `` - ``) is taken as the
+    rest of that process's last step line."""
     steps: dict[int, dict[str, float]] = {}
+    open_line: dict[str, tuple[int, str]] = {}  # process prefix -> (step, its text so far)
     for line in log.splitlines():
-        match = STEP_LINE.search(line)
-        if not match:
+        prefix, text = _ray_prefix(line)
+        match = STEP_LINE.match(text)  # at the start: a piece can hold "...global_step:3 - "
+        if match:
+            open_line[prefix] = (int(match.group(1)), match.group(2))
+        elif prefix in open_line and _continues(text):
+            step, so_far = open_line[prefix]
+            open_line[prefix] = (step, so_far + text)
+        else:
             continue
-        values = {}
-        for item in match.group(2).split(" - "):
-            key, _, value = item.rpartition(":")
-            try:
-                values[key.strip()] = float(value)
-            except ValueError:
-                continue
-        steps[int(match.group(1))] = values
+        step, items = open_line[prefix]
+        steps[step] = _metrics(items)
     return steps
+
+
+def _continues(text: str) -> bool:
+    """Whether ``text`` is a piece of a step line: items cut anywhere, even inside `` - ``."""
+    core = text.strip().removeprefix("-").removesuffix("-").strip()
+    return bool(core) and CONTINUATION.fullmatch(core) is not None
+
+
+def _ray_prefix(line: str) -> tuple[str, str]:
+    """(the ``(Name pid=N)`` prefix Ray puts on a forwarded line, the rest)."""
+    match = RAY_PREFIX.match(line)
+    return (match.group(1), line[match.end():]) if match else ("", line)
+
+
+def _metrics(items: str) -> dict[str, float]:
+    values = {}
+    for item in items.split(" - "):
+        key, _, value = item.rpartition(":")
+        try:
+            values[key.strip()] = float(value)
+        except ValueError:
+            continue
+    return values
 
 
 def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,

@@ -14,6 +14,23 @@ def test_parse_steps_reads_verls_console_logger_lines():
                                 2: {"actor/pg_loss": 0.25, "timing_s/step": 2.0}}
 
 
+def test_a_step_line_that_ray_forwarded_in_pieces_is_put_back_together():
+    """Seen in a CI-like run: Ray cut the TaskRunner's step line inside a key, with a worker's
+    line between the pieces."""
+    task, worker = "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m ", "\x1b[36m(WorkerDict pid=9)\x1b[0m "
+    log = (f"{task}step:3 - global_seqlen/min:173.0 - global_seqlen/max\n"
+           f"{worker}INFO:2026-12-03 15:48:17,999:[Rank 1] Saved model to /dev/shm/x.pt\n"
+           f"{task}2026-12-03 15:48:15,550 - WARNING - transfer_queue.utils.common - target_num_threads 8\n"
+           f"{task}:175.0 - actor/pg_loss:-5.9e-08 -\n"
+           f"{task} timing_s/step:2.5\n"
+           f"{task}'Final validation metrics: None'\n"
+           f"{task}step:4 - actor/pg_loss:0.25\n"
+           f"{task}Training Progress: 100%\n")
+    assert parse_steps(log) == {3: {"global_seqlen/min": 173.0, "global_seqlen/max": 175.0, "actor/pg_loss": -5.9e-08,
+                                    "timing_s/step": 2.5},
+                                4: {"actor/pg_loss": 0.25}}
+
+
 def test_reward_varies_within_a_group_and_rewards_the_answer():
     assert compute_score("x", "the answer is 42", "42") > 1.0
     assert compute_score("x", "no digits here", "42") == 0.0
