@@ -101,7 +101,6 @@ def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_
     finally:
         sender.stop()
         monitor.stop()
-        monitor.receiver.close()
 
 
 def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():

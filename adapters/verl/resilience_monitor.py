@@ -156,6 +156,7 @@ class ResilienceMonitor:
 
     def stop(self) -> None:
         self.running = False
+        self.receiver.close()  # the receiving thread's wait ends with it
         if ray.is_initialized():
             from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_initialized
 
