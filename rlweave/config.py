@@ -292,7 +292,8 @@ class OverlapConfig(PluginSection):
 class ResilienceConfig(PluginSection):
     """MegaScale's fault tolerance for verl jobs (rlweave.plugins.resilience).
 
-    Every worker beats every ``heartbeat_s``; the monitor checks every ``check_s``. A worker
+    Every worker beats every ``heartbeat_s``; the monitor checks every ``check_s`` (a worker
+    process on the monitor's node that ends is seen at once, without waiting for a check). A worker
     silent for ``safety_factor`` times the longest gap seen (at least ``min_timeout_s``;
     ``initial_timeout_s`` until calibrated), or in one section for ``safety_factor`` times its
     longest (at least ``section_floor_s``), is hung. A section ``1/straggler_threshold`` times
@@ -306,7 +307,7 @@ class ResilienceConfig(PluginSection):
     available: ClassVar[bool] = True
     paper: ClassVar[str] = "MegaScale (NSDI'24)"
     heartbeat_s: float = 0.5
-    check_s: float = 0.2
+    check_s: float = 0.5
     safety_factor: float = 5.0
     min_timeout_s: float = 3.0
     initial_timeout_s: float = 60.0

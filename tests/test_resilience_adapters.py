@@ -103,6 +103,35 @@ def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_
         monitor.stop()
 
 
+def test_the_exit_watch_reports_a_process_as_it_ends_and_sleeps_until_then():
+    """A crash is seen when the kernel ends the process (a zombie counts), not at the next
+    check; a worker no longer watched has its pidfd closed."""
+    import subprocess
+    import sys
+
+    from rlweave.adapters.verl.resilience_monitor import ExitWatch
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watch = ExitWatch()
+    try:
+        assert watch.update({("trainer:0", child.pid), ("trainer:1", sleeper.pid)}) == []
+        assert watch.wait(0.05) == []
+        child.kill()  # not reaped: a zombie until wait() below
+        start = time.monotonic()
+        assert watch.wait(5.0) == [(("trainer:0", child.pid), "process exited")]
+        assert time.monotonic() - start < 1.0
+        assert watch.update({("trainer:1", sleeper.pid)}) == []  # the ended one is not watched again
+        assert watch.update(set()) == [] and watch.fds == {}
+        child.wait()
+        assert watch.update({("trainer:0", child.pid)}) == [(("trainer:0", child.pid), "process exited")]
+    finally:
+        watch.close()
+        for p in (child, sleeper):
+            p.kill()
+            p.wait()
+
+
 def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():
     """What monitoring costs is measured where it is spent, so the trainer can report it."""
     receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
