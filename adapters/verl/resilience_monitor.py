@@ -176,6 +176,12 @@ class ResilienceMonitor:
         with self.lock:
             return {"monitor": sum(self.thread_cpu_s.values()), "heartbeats": sum(self.sender_cpu_s.values())}
 
+    def pids(self, prefix: str) -> set[int]:
+        """Every process seen under a worker name starting with ``prefix``, running or ended."""
+        with self.lock:
+            return ({w["pid"] for n, w in self.workers.items() if n.startswith(prefix)}
+                    | {pid for n, pid in self.exited if n.startswith(prefix)})
+
     def take(self) -> list[dict[str, Any]]:
         """The incidents (with the monitor's decision) not handed to the trainer before."""
         with self.lock:
