@@ -149,6 +149,7 @@ def incident(worker: str, kind: Health, culprit: bool = True, score: float = 1.0
     ("trainer:0", Health.HUNG, False, RecoveryKind.REPORT),
     ("trainer:1", Health.DEAD, True, RecoveryKind.REBUILD),
     ("rollout:0/engine", Health.HUNG, True, RecoveryKind.KILL),
+    ("controller:0", Health.HUNG, True, RecoveryKind.REPORT),  # the job itself, and the monitor's process
     ("rollout:0/engine", Health.DEAD, True, RecoveryKind.REPLACE),
     ("rollout:1", Health.DEAD, True, RecoveryKind.REPLACE),
     ("agent_loop:0", Health.DEAD, True, RecoveryKind.ABORT),

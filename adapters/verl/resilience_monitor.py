@@ -346,6 +346,9 @@ class ResilienceMonitor:
         """Send ``sig`` to a worker's process: this node's directly, another node's (SIGKILL
         only) through Ray by its actor's name."""
         if w["host"] == self.host:
+            if w["pid"] == os.getpid():
+                print(f"rlweave resilience monitor: not signalling {w['worker']}: it is this process (the job's)")
+                return False
             try:
                 os.kill(w["pid"], sig)
             except ProcessLookupError:

@@ -3,6 +3,8 @@
 - A hung worker that is the culprit is killed: its hang becomes a crash that the framework and
   the rest of the recovery handle (nvidia-resiliency-ext kills hung ranks the same way). A hung
   worker that only waits on the culprit is left alone; the culprit's recovery takes it along.
+  The controller is never killed: it is the job (and the monitor's own process), and a stage
+  that it waits in for too long is its workers' to explain; it is reported.
 - A dead rollout replica (its server or its engine) is replaced: a fresh replica, weights
   re-synced, its in-flight requests resubmitted.
 - A dead trainer rank takes its worker group down: the group is rebuilt and restored from the
@@ -35,6 +37,9 @@ class RecoveryPolicy:
                 return self._recover(recovery, f"evict the straggler (score {incident.score:.2f})")
             return RecoveryAction(RecoveryKind.REPORT, f"straggler, score {incident.score:.2f}")
         if incident.kind is Health.HUNG:
+            if incident.role == "controller":
+                return RecoveryAction(RecoveryKind.REPORT, f"the controller waits in {incident.section or 'a stage'}; "
+                                                           "ending it would end the job")
             if incident.culprit:
                 return RecoveryAction(RecoveryKind.KILL, "hung: end it so that its recovery starts")
             return RecoveryAction(RecoveryKind.REPORT, "waits on a hung peer")
