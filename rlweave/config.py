@@ -299,7 +299,7 @@ class ResilienceConfig(PluginSection):
     longest (at least ``section_floor_s``), is hung. A section ``1/straggler_threshold`` times
     slower than the median rank's makes a straggler, reported; ``evict_stragglers`` replaces it.
     Trainer state is snapshot to host memory (``snapshot_dir``) every ``snapshot_every`` steps;
-    verl's ``save_freq`` checkpoints are persisted from there in the background. At most
+    verl's ``save_freq`` checkpoints are staged there and persisted in the background. At most
     ``max_recoveries`` recoveries per run, each within ``recovery_timeout_s``. ``faults``:
     faults to inject (:mod:`rlweave.chaos`), e.g. ``kill:trainer:1@3.update_actor``.
     """

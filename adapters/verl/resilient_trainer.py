@@ -5,11 +5,11 @@ methods:
 
 - **monitoring**: the job's monitor (:mod:`.resilience_monitor`, threads in this process) and
   the controller's heartbeat, one section per stage;
-- **stage 1 checkpoint**: after each step's update, verl's FSDP checkpoint of every trainer
-  rank written to host memory (:mod:`.checkpoints`);
+- **stage 1 checkpoint**: each trainer rank copies its model and optimizer state into host
+  memory at the end of the step's update, in the same call (:mod:`.host_snapshot`);
 - **trainer recovery**: a stage that fails because a trainer rank died (or was killed as the
   culprit of a hang) makes the trainer stop the whole worker group, build a new one in the same
-  placement groups, restore the newest snapshot with verl's own loader and run the step again
+  placement groups, restore the newest host snapshot and run the step again
   on the samples it had already generated, kept in TransferQueue: at most the step in flight is
   redone, and no sample is generated again;
 - **rollout recovery**: while generation waits for its samples, a replica that died (its engine
@@ -17,9 +17,10 @@ methods:
   pushed to it, and the load balancer told; verl's requests that were on it are resubmitted by
   :class:`~.resilient_workers.ResilientLLMServerClient`, so the step completes with every
   sample, none twice;
-- **stage 2 checkpoint**: at verl's ``save_freq``, the snapshot persisted in the background in
-  verl's layout, atomically, with a manifest of checksums; on resume, the newest checkpoint
-  that verifies is loaded.
+- **stage 2 checkpoint**: at verl's ``save_freq``, verl's own checkpoint of every rank written
+  to host memory (:mod:`.checkpoints`) and persisted from there in the background in verl's
+  layout, atomically, with a manifest of checksums; on resume, the newest checkpoint that
+  verifies is loaded (and a rebuild before the next host snapshot restores from it).
 
 What to do is always the plugin's answer to ``rlweave_incident``; what was done goes to
 ``rlweave_recovery_done``. Per-step figures join verl's metrics under ``rlweave/resilience/``.
@@ -37,7 +38,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ from rlweave.adapters.verl import checkpoints as ckpt
 from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
 from rlweave.adapters.verl.resilient_workers import (
     RESUBMITTED,
+    SNAPSHOT_REQUEST,
+    SNAPSHOT_US,
     ResilientActorRolloutRefWorker,
     ResilientLLMServerClient,
     ResilientTrainingWorker,
@@ -64,6 +67,7 @@ from rlweave.host import get_host
 from rlweave.types import CheckpointCandidate, Health, RecoveryAction, RecoveryKind, RecoveryRecord, WorkerIncident
 
 METRIC = "rlweave/resilience"
+SNAPSHOTTED = {"_update_actor": "actor", "_update_critic": str(Role.Critic)}  # update stage -> its model
 POLL_S = 0.25
 FAILURE_MARKS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo",
                  "ActorDiedError", "ActorUnavailableError")
@@ -88,7 +92,9 @@ class Resilience:
         self.settings = self.hook.rlweave_resilience_settings()
         self.job_id = ray.get_runtime_context().get_job_id()
         self.snapshots = Path(self.settings.snapshot_dir) / f"job-{self.job_id}-{uuid.uuid4().hex[:8]}"
-        self.snapshot_step = -1
+        self.snapshot_step = -1  # the newest step every trainer model can be restored to
+        self.host_steps: dict[str, list[int]] = {}  # model -> the steps its host snapshots hold
+        self.staged_step = -1  # the step whose verl checkpoint is staged in host memory
         self.dataloader_states: dict[int, bytes] = {}
         self.pinned: set[int] = set()
         self.hosts: dict[str, Any] = {}
@@ -156,8 +162,6 @@ class Resilience:
     # ------------------------------------------------------------------ the controller's sections
 
     def section(self, name: str) -> Any:
-        from contextlib import nullcontext
-
         return self.sender.section(name) if self.sender is not None else nullcontext()
 
     # ------------------------------------------------------------------ incidents
@@ -229,7 +233,28 @@ class Resilience:
     def snapshot_folder(self, step: int) -> Path:
         return ckpt.step_folder(self.snapshots, step)
 
-    def snapshot(self, step: int) -> None:
+    def host_folder(self, model: str) -> Path:
+        return self.snapshots / "host" / model
+
+    @contextmanager
+    def snapshot_after(self, model: str, step: int, batch: Any) -> Iterator[None]:
+        """Around the update of ``model`` that ``batch`` goes to: ask its ranks to snapshot the
+        model into host memory at the end of that call (they pop the request before verl reads
+        the batch). When the call returns, every rank's snapshot is committed; the two newest
+        are kept, so a rank that dies in the next one leaves this one whole."""
+        requested = step % self.settings.snapshot_every == 0
+        if requested:
+            batch.extra_info[SNAPSHOT_REQUEST] = {"folder": str(self.host_folder(model)), "step": step}
+        try:
+            yield
+        finally:
+            batch.extra_info.pop(SNAPSHOT_REQUEST, None)
+        if requested:
+            self.host_steps[model] = [*self.host_steps.get(model, [])[-1:], step]
+
+    def stage(self, step: int) -> None:
+        """verl's own checkpoint of every trainer model and the dataloader, written to host memory
+        for stage 2 (verl's format is what the persisted checkpoint must be)."""
         t = self.trainer
         start = time.perf_counter()
         folder = self.snapshot_folder(step)
@@ -237,23 +262,30 @@ class Resilience:
         if t.use_critic:
             t.critic_wg.save_checkpoint(str(folder / str(Role.Critic)), None, step, max_ckpt_to_keep=None)
         self.dataloader_states[step] = ckpt.serialized_dataloader(t.train_dataloader.state_dict())
-        self.snapshot_step = step
-        self.step_figures["snapshot_s"] = time.perf_counter() - start
-        self._drop_old_snapshots()
-
-    def _drop_old_snapshots(self) -> None:
-        keep = {self.snapshot_step} | self.pinned
-        for step in ckpt.persisted_steps(self.snapshots):
-            if step not in keep:
-                shutil.rmtree(self.snapshot_folder(step), ignore_errors=True)
-                self.dataloader_states.pop(step, None)
+        self.staged_step = step
+        self.step_figures["stage_s"] = time.perf_counter() - start
+        keep = {step} | self.pinned
+        for old in ckpt.persisted_steps(self.snapshots):
+            if old not in keep:
+                shutil.rmtree(self.snapshot_folder(old), ignore_errors=True)
+                self.dataloader_states.pop(old, None)
 
     def restore(self) -> None:
+        """Every trainer model to its state at ``snapshot_step``: from its newest host snapshot
+        not past that step (a model that was not updated since, such as the actor during
+        ``critic_warmup``, is as it was then), unless verl's staged checkpoint is newer."""
         t = self.trainer
-        folder = self.snapshot_folder(self.snapshot_step)
-        t.actor_rollout_wg.load_checkpoint(str(folder / "actor"), None, del_local_after_load=False)
-        if t.use_critic:
-            t.critic_wg.load_checkpoint(str(folder / str(Role.Critic)), None, del_local_after_load=False)
+        groups = {"actor": t.actor_rollout_wg, **({str(Role.Critic): t.critic_wg} if t.use_critic else {})}
+        for model, wg in groups.items():
+            held = [s for s in self.host_steps.get(model, []) if self.staged_step <= s <= self.snapshot_step]
+            if held:
+                wg.rlweave_restore_host_snapshot(str(self.host_folder(model)), max(held))
+                print(f"rlweave resilience: {model} restored from its host snapshot of step {max(held)}")
+            elif self.staged_step >= 0:
+                wg.load_checkpoint(str(self.snapshot_folder(self.staged_step) / model), None,
+                                   del_local_after_load=False)
+                print(f"rlweave resilience: {model} restored from verl's checkpoint of step {self.staged_step}")
+            # else: never updated up to that step; the rebuilt ranks' initial weights are its state
 
     # ------------------------------------------------------------------ stage 2
 
@@ -344,7 +376,7 @@ class Resilience:
         finally:
             with open_dict(t.config):
                 t.config.trainer.resume_mode, t.config.trainer.resume_from_path = original
-        self.snapshot_step = chosen.step
+        self.snapshot_step = self.staged_step = chosen.step
         self.dataloader_states[chosen.step] = (staged / "data.pt").read_bytes()
         self.step_figures["skipped_checkpoints"] = float(sum(1 for c in candidates if c.problems))
         return True
@@ -448,9 +480,11 @@ class Resilience:
         figures, self.step_figures = self.step_figures, {}
         figures["incidents"] = float(self.monitor.logged())
         figures[RESUBMITTED] = float(self.monitor.counters.get(RESUBMITTED, 0))
-        cpu = self.monitor.costs()
-        for figure, key in (("monitor_cpu_s", "monitor"), ("heartbeat_cpu_s", "heartbeats")):
+        cpu = {**self.monitor.costs(), "snapshots": self.monitor.counters.get(SNAPSHOT_US, 0) / 1e6}
+        for figure, key in (("monitor_cpu_s", "monitor"), ("heartbeat_cpu_s", "heartbeats"),
+                            ("snapshot_s", "snapshots")):
             figures[figure] = cpu.get(key, 0.0) - self.cpu_seen.get(key, 0.0)
+        figures["snapshot_s"] /= self.trainer.actor_rollout_wg.world_size  # the ranks snapshot in parallel
         self.cpu_seen = cpu
         return {f"{METRIC}/{k}": v for k, v in figures.items()}
 
@@ -596,8 +630,7 @@ class _ResilientTrainer:
             try:
                 batch = super()._step_once(metrics, timing_raw, sample_batch_size)
                 if self.global_steps % r.settings.snapshot_every == 0:
-                    with r.section("snapshot"):
-                        r.snapshot(self.global_steps)
+                    r.snapshot_step = self.global_steps  # every update of the step snapshot its model
                 break
             except Exception as error:
                 incident = r.worker_failure(error)
@@ -619,8 +652,8 @@ class _ResilientTrainer:
 
     def _save_checkpoint(self) -> None:
         r = self._resilience
-        if r.snapshot_step != self.global_steps:
-            r.snapshot(self.global_steps)
+        with r.section("stage"):
+            r.stage(self.global_steps)
         r.persist_async(self.global_steps)
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         self.checkpoint_callback.on_save(trainer=self, global_step=self.global_steps, checkpoint_dir=folder,
@@ -642,12 +675,15 @@ class _ResilientTrainer:
 
 
 def _guarded_stage(cls: type, name: str, stage: str) -> Callable[..., Any]:
+    """verl's stage ``name`` after the pending recoveries, as a section of the controller's; an
+    update stage also takes its model's host snapshot."""
     original = getattr(cls, name)
+    model = SNAPSHOTTED.get(name)
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         r = self._resilience
         r.safe_point()
-        with r.section(stage):
+        with r.section(stage), (r.snapshot_after(model, self.global_steps, args[0]) if model else nullcontext()):
             return original(self, *args, **kwargs)
 
     method.__name__ = name

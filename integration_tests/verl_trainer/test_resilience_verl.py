@@ -90,8 +90,12 @@ def test_no_sample_is_lost_or_trained_twice(faulty):
     for step, metrics in faulty.steps.items():
         assert metrics[M + "samples"] == SAMPLES_PER_STEP, step
         assert metrics[M + "lost_groups"] == 0 and metrics[M + "extra_groups"] == 0, step
-    # at most the step in flight redone, per trainer fault: one rebuild each
+    # at most the step in flight redone, per trainer fault: one rebuild each, from the host
+    # snapshot the ranks took at the end of the step before (not from step 2's staged checkpoint)
     assert sum(m.get(M + "steps_redone", 0.0) for m in faulty.steps.values()) == 2
+    assert "actor restored from its host snapshot of step 2" in faulty.log
+    assert "actor restored from its host snapshot of step 3" in faulty.log
+    assert sum(m[M + "snapshot_s"] for m in faulty.steps.values()) > 0  # the ranks' own timing came back
     # the engine died mid-generation: its requests were resubmitted to the replaced replica
     assert faulty.steps[3][M + "requests_resubmitted"] >= 1
 
