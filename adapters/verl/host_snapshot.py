@@ -28,24 +28,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 ALIGN = 64  # every tensor starts at a multiple of this many bytes, so its dtype can view it
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """The rank's own shard of ``tensor`` (a view: copying into it writes the parameter)."""
-    from torch.distributed.tensor import DTensor
-
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def state_tensors(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> list[tuple[str, torch.Tensor]]:
     """Every tensor a step changes, named, in an order that is the same in every process built
     from the same configuration: parameters, buffers, then each parameter's optimizer state."""
-    tensors = [(f"param:{n}", _local(p)) for n, p in module.named_parameters()]
+    params = list(module.named_parameters())
+    tensors = [(f"param:{n}", _local(p)) for n, p in params]
     tensors += [(f"buffer:{n}", _local(b)) for n, b in module.named_buffers()]
     if optimizer is not None:
-        names = {id(p): n for n, p in module.named_parameters()}
+        names = {id(p): n for n, p in params}
         for g, group in enumerate(optimizer.param_groups):
             for i, p in enumerate(group["params"]):
                 for key, value in sorted(optimizer.state.get(p, {}).items()):
@@ -88,6 +88,8 @@ class HostSnapshots:
         self.folder, self.rank = Path(folder), rank
         self.folder.mkdir(parents=True, exist_ok=True)
         self._maps: dict[int, torch.Tensor] = {}  # slot -> its mapped bytes
+        self._views: dict[int, tuple[list[Any], list[torch.Tensor]]] = {}  # slot -> (layout, a view per tensor)
+        self._newest: int | None = None  # the slot of this process's newest commit
 
     def _data(self, slot: int) -> Path:
         return self.folder / f"rank{self.rank}.slot{slot}.bin"
@@ -105,34 +107,43 @@ class HostSnapshots:
                 continue
         return found
 
-    def _mapped(self, slot: int, nbytes: int) -> torch.Tensor:
+    def _slot_views(self, slot: int, layout: list[Any], tensors: list[tuple[str, torch.Tensor]],
+                    create: bool) -> list[torch.Tensor]:
+        """A view of the slot's bytes per tensor, typed and shaped like it (made once per layout)."""
+        cached = self._views.get(slot)
+        if cached is not None and cached[0] == layout:
+            return cached[1]
+        nbytes = _size(layout, tensors)
         mapped = self._maps.get(slot)
         if mapped is None or mapped.numel() < nbytes:
-            self._data(slot).unlink(missing_ok=True)  # a new size: a new file, never a resized mapping
+            if create:
+                self._data(slot).unlink(missing_ok=True)  # a new size: a new file, never a resized mapping
             mapped = torch.from_file(str(self._data(slot)), shared=True, size=nbytes, dtype=torch.uint8)
             self._maps[slot] = mapped
-        return mapped
+        views = [mapped[offset:offset + t.numel() * t.element_size()].view(t.dtype).view(shape)
+                 for (_, t), (_, _, shape, offset) in zip(tensors, layout, strict=True)]
+        self._views[slot] = (layout, views)
+        return views
 
     def save(self, step: int, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
              lr_scheduler: Any, rng: dict[str, Any]) -> None:
         """Copy the rank's state into the slot not holding the newest snapshot, then commit it."""
-        committed = self.committed()
-        newest = max(committed, key=lambda s: committed[s]["step"], default=1)
-        slot = 1 - newest
+        if self._newest is None:
+            committed = self.committed()
+            self._newest = max(committed, key=lambda s: committed[s]["step"], default=1)
+        slot = 1 - self._newest
         self._commit(slot).unlink(missing_ok=True)  # the slot is being overwritten: not restorable
         tensors = state_tensors(module, optimizer)
         layout = _layout(tensors)
-        mapped = self._mapped(slot, _size(layout, tensors))
         with torch.no_grad():
-            for (_, t), (_, _, shape, offset) in zip(tensors, layout, strict=True):
-                n = t.numel() * t.element_size()
-                mapped[offset:offset + n].view(t.dtype).view(shape).copy_(t)
+            torch._foreach_copy_(self._slot_views(slot, layout, tensors, create=True), [t for _, t in tensors])
         record = {"step": step, "layout": [entry[:3] for entry in layout],
                   "optimizer": _optimizer_record(optimizer),
                   "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None, "rng": rng}
         temporary = self._commit(slot).with_suffix(".tmp")
         temporary.write_bytes(pickle.dumps(record))
         os.replace(temporary, self._commit(slot))
+        self._newest = slot
 
     def steps(self) -> list[int]:
         return sorted(r["step"] for r in self.committed().values())
@@ -154,11 +165,8 @@ class HostSnapshots:
             raise RuntimeError(f"rlweave resilience: rank {self.rank}'s model or optimizer does not match the host "
                                f"snapshot of step {step} (another model, world size or optimizer); restore it "
                                f"from a persisted checkpoint instead")
-        mapped = torch.from_file(str(self._data(slot)), shared=True, size=_size(layout, tensors), dtype=torch.uint8)
         with torch.no_grad():
-            for (_, t), (_, _, shape, offset) in zip(tensors, layout, strict=True):
-                n = t.numel() * t.element_size()
-                t.copy_(mapped[offset:offset + n].view(t.dtype).view(shape))
+            torch._foreach_copy_([t for _, t in tensors], self._slot_views(slot, layout, tensors, create=False))
         if optimizer is not None:
             saved = record["optimizer"]
             for g, group in enumerate(optimizer.param_groups):
