@@ -1,7 +1,8 @@
 """Heartbeats and progress marks over UDP, from any worker process to the resilience monitor.
 
 Framework-free, so that every adapter starts the same sender: a daemon thread per process
-sends one small JSON datagram every ``interval_s`` to the monitor's address, carrying the
+sends one small JSON datagram to the monitor's address whenever ``interval_s`` has passed
+without one (a section's start, or a count, beats at once and so defers the next), carrying the
 worker's identity, its pid and host, the section in progress and the sections finished since
 the last beat. UDP because a beat must cost the worker nothing (no connection, no reply to wait
 for, nothing to block on when the monitor is slow) and because it needs no framework in the
@@ -65,6 +66,7 @@ class HeartbeatSender:
         self._finished: list[dict[str, Any]] = []
         self._extra: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._last_sent = 0.0  # monotonic time of the last beat, from any thread
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         self._stop = threading.Event()
@@ -109,12 +111,14 @@ class HeartbeatSender:
             with self._lock:
                 self._activities[name] -= 1
 
-    def count(self, key: str, n: int = 1) -> None:
+    def count(self, key: str, n: int = 1, beat: bool = True) -> None:
         """Add to a counter the monitor sums over every worker (``requests_resubmitted``); beats at
-        once (counts are rare), so that the step it happened in reports it."""
+        once (counts are rare), so that the step it happened in reports it, unless ``beat`` is
+        false (a count made every step rides on the next beat)."""
         with self._lock:
             self._counters[key] = self._counters.get(key, 0) + n
-        self.beat_now()
+        if beat:
+            self.beat_now()
 
     def slow_down(self, duration_s: float) -> None:
         """The chaos tool's ``slow``: stretch a section that took ``duration_s`` by the factor
@@ -165,6 +169,7 @@ class HeartbeatSender:
 
     def _send(self) -> None:
         start = time.thread_time()
+        self._last_sent = time.monotonic()
         data = json.dumps(self._message()).encode()
         try:
             self._sock.sendto(data[:MAX_DATAGRAM], self.address)
@@ -196,15 +201,16 @@ class HeartbeatSender:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._send()
-            deadline = time.monotonic() + self.interval_s
-            while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
-                try:
-                    readable, _, _ = select.select([self._sock], [], [], left)
-                except (OSError, ValueError):  # the socket was closed
-                    return
-                if readable:
-                    self._read_instructions()
+            left = self._last_sent + self.interval_s - time.monotonic()
+            if left <= 0:
+                self._send()
+                continue
+            try:
+                readable, _, _ = select.select([self._sock], [], [], left)
+            except (OSError, ValueError):  # the socket was closed
+                return
+            if readable:
+                self._read_instructions()
 
     def stop(self) -> None:
         self._stop.set()

@@ -186,7 +186,7 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
             due = due or (fault.get("after_s") is not None and c.first_step_start
                           and now >= c.first_step_start + fault["after_s"])
             if due:
-                pids = signal_now(fault["worker"], fault["action"])
+                pids = signal_now(fault["worker"], fault["action"], job=proc.pid)
                 if pids:
                     c.faults.append({**fault, "time_s": now, "pids": pids, "steps_done": len(done)})
                     pending.remove(fault)

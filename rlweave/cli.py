@@ -160,9 +160,10 @@ def cmd_chaos(args: argparse.Namespace, argv: list[str]) -> int:
         chaos.inject(faults, args.address)
         print(f"handed {len(faults)} fault(s) to the job's resilience monitor")
     elif args.action in ("kill", "stop", "cont"):
-        pids = chaos.signal_now(args.worker, args.action)
+        pids = chaos.signal_now(args.worker, args.action, args.job)
         if not pids:
-            raise SystemExit(f"rlweave chaos: no process of {args.worker} on this machine")
+            where = f"under process {args.job}" if args.job else "on this machine"
+            raise SystemExit(f"rlweave chaos: no process of {args.worker} {where}")
         print(f"{args.action} {args.worker}: pid {', '.join(map(str, pids))}")
     elif args.action == "corrupt":
         print(chaos.corrupt_newest(args.folder, args.how, args.step))
@@ -180,6 +181,8 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     for name, what in (("kill", "SIGKILL"), ("stop", "SIGSTOP (a hang)"), ("cont", "SIGCONT")):
         now = actions.add_parser(name, help=f"{what} a worker's process now (trainer:R, rollout:R, rollout:R.engine)")
         now.add_argument("worker", type=lambda w: w.replace(".engine", "/engine"))
+        now.add_argument("--job", type=int, default=None,
+                         help="the pid of the job's driver (verl's main_ppo), where several jobs run here")
     corrupt = actions.add_parser("corrupt", help="corrupt the newest persisted checkpoint of a verl checkpoint folder")
     corrupt.add_argument("folder", help="verl's trainer.default_local_dir")
     corrupt.add_argument("--how", choices=("flip", "truncate", "delete"), default="flip")

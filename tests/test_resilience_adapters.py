@@ -54,6 +54,24 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
         receiver.close()
 
 
+def test_a_beat_sent_for_an_event_defers_the_periodic_one():
+    """Beats are for silence: one a section or a step sent makes the next periodic one wait a
+    whole interval (a loaded machine can only make it later)."""
+    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
+    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 0.4)
+    try:
+        receive_until(receiver, lambda m: True)  # the first periodic beat
+        time.sleep(0.2)
+        sender.set_step(5)
+        receive_until(receiver, lambda m: m["step"] == 5)
+        sent = time.monotonic()
+        receive_until(receiver, lambda m: True)
+        assert time.monotonic() - sent > 0.35
+    finally:
+        sender.stop()
+        receiver.close()
+
+
 def test_an_instruction_reaches_a_sender_between_its_beats():
     """The sender's thread sleeps on its socket, so the monitor's answer is read as it arrives,
     not at the next beat (a long interval here)."""
@@ -130,6 +148,44 @@ def test_the_exit_watch_reports_a_process_as_it_ends_and_sleeps_until_then():
         for p in (child, sleeper):
             p.kill()
             p.wait()
+
+
+def _fake_job(rank: str):
+    """A driver, its raylet and a trainer rank under it, as ``main_ppo`` starts them (titles by
+    ``exec -a``): returns the driver and the rank's pid."""
+    import subprocess
+
+    rank_cmd = f"RANK={rank} exec -a ray::WorkerDict.actor_rollout_update_actor sleep 60"
+    driver = subprocess.Popen(["bash", "-c", f"(exec -a /opt/ray/raylet/raylet bash -c '{rank_cmd} & wait') & wait"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        import psutil
+
+        found = [p for p in psutil.Process(driver.pid).children(recursive=True) if p.name() == "sleep"]
+        if found and found[0].cmdline()[0].startswith("ray::WorkerDict"):
+            return driver, found[0].pid
+        time.sleep(0.05)
+    raise AssertionError("the fake job did not start")
+
+
+def test_the_chaos_tool_finds_a_rank_in_its_job_and_refuses_to_guess_between_jobs():
+    from rlweave.adapters.verl.chaos import find_processes
+
+    jobs = [_fake_job("1"), _fake_job("1")]
+    try:
+        with pytest.raises(SystemExit, match="trainer:1 is in 2 jobs .* --job PID"):
+            find_processes("trainer:1")
+        for driver, rank in jobs:
+            assert [p.pid for p in find_processes("trainer:1", job=driver.pid)] == [rank]
+        assert find_processes("trainer:0", job=jobs[0][0].pid) == []
+    finally:
+        for driver, _ in jobs:
+            import psutil
+
+            for child in psutil.Process(driver.pid).children(recursive=True):
+                child.kill()
+            driver.kill()
+            driver.wait()
 
 
 def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():

@@ -9,7 +9,9 @@ Two ways in:
 - into any verl job on this machine, resilience on or off (the baseline: verl's own path), at
   once: find the worker's process (a trainer rank is ``ray::WorkerDict`` with ``RANK``; a
   replica's engine is the vLLM engine process with ``VERL_REPLICA_RANK``, its server that
-  engine's parent) and signal it.
+  engine's parent) and signal it. Every job started by ``main_ppo`` has a Ray cluster of its
+  own, whose raylet is the parent of its workers: where several jobs run, the tool refuses
+  unless told which (the pid of the job's driver, or of any process above it).
 
 And offline: corrupt the newest persisted checkpoint (or a chosen step's) of a checkpoint folder.
 """
@@ -41,8 +43,27 @@ def _title(process: psutil.Process) -> str:
         return ""
 
 
-def find_processes(worker: str) -> list[psutil.Process]:
-    """This machine's processes of ``worker`` (``trainer:1``, ``rollout:0``, ``rollout:0/engine``)."""
+def _raylet(process: psutil.Process) -> int | None:
+    """The pid of the raylet above ``process``: one per Ray cluster, so one per verl job."""
+    try:
+        for parent in process.parents():
+            if Path(_title(parent).split(" ", 1)[0]).name == "raylet":
+                return parent.pid
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        pass
+    return None
+
+
+def _within(process: psutil.Process, job: int) -> bool:
+    try:
+        return job in {p.pid for p in process.parents()}
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+def find_processes(worker: str, job: int | None = None) -> list[psutil.Process]:
+    """This machine's processes of ``worker`` (``trainer:1``, ``rollout:0``, ``rollout:0/engine``),
+    in the job under process ``job``; without ``job``, refused where they belong to several jobs."""
     role, _, rest = worker.partition(":")
     rank, _, part = rest.partition("/")
     found = []
@@ -53,14 +74,21 @@ def find_processes(worker: str) -> list[psutil.Process]:
                 found.append(process)
         elif role == "rollout" and "EngineCore" in title and _environ(process).get("VERL_REPLICA_RANK") == rank:
             found.append(process if part == "engine" else process.parent())
-    return [p for p in found if p is not None]
+    found = [p for p in found if p is not None and (job is None or _within(p, job))]
+    clusters = {_raylet(p) for p in found}
+    if job is None and len(clusters) > 1:
+        raise SystemExit(f"rlweave chaos: {worker} is in {len(clusters)} jobs on this machine (processes "
+                         f"{', '.join(str(p.pid) for p in found)}); name the job with --job PID (its driver, "
+                         f"such as verl's main_ppo)")
+    return found
 
 
-def signal_now(worker: str, action: str) -> list[int]:
-    """SIGKILL (``kill``) or SIGSTOP (``stop``) ``worker``'s processes now; returns their pids."""
+def signal_now(worker: str, action: str, job: int | None = None) -> list[int]:
+    """SIGKILL (``kill``) or SIGSTOP (``stop``) ``worker``'s processes now (in the job under process
+    ``job``, if given); returns their pids."""
     sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "cont": signal.SIGCONT}[action]
     pids = []
-    for process in find_processes(worker):
+    for process in find_processes(worker, job):
         os.kill(process.pid, sig)
         pids.append(process.pid)
     return pids

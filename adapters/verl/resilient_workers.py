@@ -154,7 +154,7 @@ class _Snapshots:
             self._at(folder).save(step, engine.module, engine.optimizer, getattr(engine, "lr_scheduler", None),
                                   BaseCheckpointManager.get_rng_state())
         if sender is not None:
-            sender.count(SNAPSHOT_US, int((time.perf_counter() - start) * 1e6))
+            sender.count(SNAPSHOT_US, int((time.perf_counter() - start) * 1e6), beat=False)
 
     def restore(self, folder: str, step: int) -> None:
         from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
