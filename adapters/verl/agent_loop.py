@@ -23,6 +23,13 @@ verl runs agent loops in several worker processes and every turn through one bal
 When that actor is rlweave's (:class:`rlweave.adapters.verl.router.RlweaveLoadBalancer`), the
 reports and the priority question go to it, so that one process (the one that also places the
 turns) sees the whole rollout; with any other balancer they go to this process's hooks.
+
+The priority question costs the turn no round trip of its own: its answer goes to verl's
+``generate`` as a Ray object reference, not awaited. verl asks the same balancer for the turn's
+server next (Ray runs one caller's calls to an actor in order, so the answer is decided first)
+and hands the reference to the engine actor as a top-level argument, which Ray resolves before
+the engine sees it. Awaiting it cost about 7 ms a turn on the CPU rig, 0.13 s on a 20-turn
+trajectory with nothing to gain when no turn queues.
 """
 
 from __future__ import annotations
@@ -88,11 +95,12 @@ class _Reports:
         else:
             self._host.hook.rlweave_trajectory_event(event=event)
 
-    async def turn_started(self, info: TrajectoryInfo) -> int | None:
-        """Report the turn's start and return the priority a plugin decides for it."""
+    def turn_started(self, info: TrajectoryInfo, caller_priority: int) -> Any:
+        """Report the turn's start; return the priority a plugin decides for it (``None``: the
+        caller's), or from the balancer a reference to it, the caller's if no plugin decides."""
         event = TrajectoryEvent(TrajectoryEventKind.TURN_START, info, time.time())
         if self._remote is not None:
-            return await self._remote.rlweave_turn_started.remote(event)
+            return self._remote.rlweave_turn_started.remote(event, caller_priority)
         self._host.hook.rlweave_trajectory_event(event=event)
         return self._host.hook.rlweave_request_priority(trajectory=info)
 
@@ -105,14 +113,14 @@ class _Trajectory:
         self.reports = _Reports(client)
         self.info: TrajectoryInfo | None = None
 
-    async def turn_starting(self, request_id: str, prompt_ids: Any) -> int | None:
+    def turn_starting(self, request_id: str, prompt_ids: Any, caller_priority: int) -> Any:
         context = len(prompt_ids)
         if self.info is None:
             self.info = TrajectoryInfo(str(request_id), self.group, 0, 0, task=self.task,
                                        prompt_len=context, context_len=context)
             self.reports.event(TrajectoryEventKind.START, self.info)
         self.info = replace(self.info, context_len=context)
-        return await self.reports.turn_started(self.info)
+        return self.reports.turn_started(self.info, caller_priority)
 
     def turn_ended(self, generated: int) -> None:
         assert self.info is not None
@@ -136,7 +144,7 @@ class _ReportingClient:
         return getattr(self._client, name)
 
     async def generate(self, request_id: str, *, prompt_ids: Any, **kwargs: Any) -> Any:
-        decided = await self._trajectory.turn_starting(request_id, prompt_ids)
+        decided = self._trajectory.turn_starting(request_id, prompt_ids, kwargs.get("priority", 0))
         if decided is not None:
             kwargs["priority"] = decided
         output = await self._client.generate(request_id, prompt_ids=prompt_ids, **kwargs)

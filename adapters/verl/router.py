@@ -62,10 +62,12 @@ class RlweaveLoadBalancer(GlobalRequestLoadBalancer):
     def rlweave_trajectory_event(self, event: TrajectoryEvent) -> None:
         self._host.hook.rlweave_trajectory_event(event=event)
 
-    def rlweave_turn_started(self, event: TrajectoryEvent) -> int | None:
-        """The turn's ``TURN_START`` report, answered with the priority a plugin decides."""
+    def rlweave_turn_started(self, event: TrajectoryEvent, caller_priority: int = 0) -> int:
+        """The turn's ``TURN_START`` report, answered with the priority a plugin decides, or the
+        caller's: the answer reaches the engine as an argument (see :mod:`.agent_loop`)."""
         self._host.hook.rlweave_trajectory_event(event=event)
-        return self._host.hook.rlweave_request_priority(trajectory=event.trajectory)
+        decided = self._host.hook.rlweave_request_priority(trajectory=event.trajectory)
+        return caller_priority if decided is None else decided
 
     # -- what the rollout plugins learned, kept with verl's checkpoint -------------------------
     def rlweave_rollout_state(self) -> dict[str, Any]:
