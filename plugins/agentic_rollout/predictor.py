@@ -229,6 +229,9 @@ class SerialTimePredictor:
         expected totals given how far they are) over the task's mean give its scale ``r``
         (shrunk towards 1), and a trajectory of a group of scale ``r`` that survived ``done``
         turns is expected to last ``r`` times a task trajectory that survived ``done / r``.
+        A running sibling counts only as much as its survival rules out: the share of the task's
+        totals it has already outlived (a sibling at its first turn says nothing, and counting
+        it as a whole sample would pull every group to the task's mean).
         """
         b, d, k = self.batch, self.decay, self.shrink
         pool = self._tasks.get(task)
@@ -240,11 +243,21 @@ class SerialTimePredictor:
             fallback = max(self.prior_turns, 1.5 * x, x + 1.0)
             return fallback if pool is None else _shrunk(*pool.turns.above(x, b, d), fallback, k)
 
+        def ruled_out(x: float) -> float:
+            """The share of the task's totals that a trajectory still running after ``x``
+            turns has outlived."""
+            if pool is None:
+                return 0.0
+            _, total = pool.turns.total(b, d)
+            return 1.0 - pool.turns.above(x, b, d)[1] / total if total else 0.0
+
         mean = outlived(0.0)
         g = self._groups.get(group)
         s, w = g.turns.total(b, d) if g is not None else (0.0, 0.0)
-        s += sum(outlived(c) for c in siblings_running)
-        scale = _shrunk(s, w + len(siblings_running), mean, k) / mean
+        for c in siblings_running:
+            weight = ruled_out(c)
+            s, w = s + weight * outlived(c), w + weight
+        scale = _shrunk(s, w, mean, k) / mean
         return max(scale * outlived(done / scale), done + 1.0)
 
     def predict(self, task: str, group: str, turns_done: int,
