@@ -243,13 +243,12 @@ class SerialTimePredictor:
             fallback = max(self.prior_turns, 1.5 * x, x + 1.0)
             return fallback if pool is None else _shrunk(*pool.turns.above(x, b, d), fallback, k)
 
+        seen = pool.turns.total(b, d)[1] if pool is not None else 0.0
+
         def ruled_out(x: float) -> float:
             """The share of the task's totals that a trajectory still running after ``x``
             turns has outlived."""
-            if pool is None:
-                return 0.0
-            _, total = pool.turns.total(b, d)
-            return 1.0 - pool.turns.above(x, b, d)[1] / total if total else 0.0
+            return 1.0 - pool.turns.above(x, b, d)[1] / seen if seen else 0.0
 
         mean = outlived(0.0)
         g = self._groups.get(group)
