@@ -67,6 +67,28 @@ def test_own_pace_counts_as_much_as_the_task_shows_it_persists() -> None:
     assert slow_p > 3.0 > slow_i
 
 
+def test_a_groups_pace_counts_as_much_as_the_tasks_groups_differ() -> None:
+    rng = np.random.default_rng(1)
+    by_prompt, by_sample = SerialTimePredictor(), SerialTimePredictor()
+    for g in range(30):  # a prompt sets its samples' tool speed in one task; each sample its own in the other
+        prompt_speed = rng.lognormal(0, 1.0)
+        for s in range(4):
+            for p, speed in ((by_prompt, prompt_speed), (by_sample, rng.lognormal(0, 1.0))):
+                calls = rng.lognormal(np.log(speed), 0.1, 5)
+                for c in calls:
+                    p.observe_tool("t", f"g{g}", c)
+                p.observe_finished("t", f"g{g}", 6, own_tools=(5, calls.mean(), calls.var() * 5))
+    for p in (by_prompt, by_sample):
+        for _ in range(3):  # one earlier group whose three samples were slow
+            for _ in range(5):
+                p.observe_tool("t", "slow", 4.0)
+            p.observe_finished("t", "slow", 6, own_tools=(5, 4.0, 0.0))
+    new_sample = {p: p.predict("t", "slow", 0).tool_s_per_call for p in (by_prompt, by_sample)}
+    task_mean = by_sample.predict("t", "other", 0).tool_s_per_call
+    assert new_sample[by_prompt] > 3.0
+    assert abs(new_sample[by_sample] - task_mean) < 0.5 * abs(4.0 - task_mean)
+
+
 def test_history_decays_per_batch_and_stays_bounded() -> None:
     p = SerialTimePredictor(shrink=1e-6, decay=0.5, history=3)
     p.observe_finished("t", "a", 2)
@@ -90,6 +112,10 @@ def test_state_round_trips_and_rejects_another_version() -> None:
     assert q.predict("t", "g", 1) == p.predict("t", "g", 1)
     with pytest.raises(ValueError, match="version"):
         q.load_state_dict({**state, "version": 0})
+    # A checkpoint from before the spreads kept their group still loads.
+    old_rows = {"tasks": {"t": {**state["tasks"]["t"], "tool_spread": [[4, 0.5, 0.1, 0]]}}}
+    q.load_state_dict({**state, **old_rows})
+    assert q._tasks["t"].tool_spread.rows == [(4, 0.5, 0.1, q.batch, "")]
 
 
 def test_presorted_balance_spreads_the_longest_and_keeps_ties_in_place() -> None:

@@ -19,7 +19,9 @@ weight of ``shrink`` observations):
 - tokens per turn and tool seconds per call: the trajectory's own turns so far, shrunk towards
   its group's, shrunk towards its task's, shrunk towards a prior. How much its own turns count
   is learned per task, from how much finished trajectories varied within themselves against
-  how much they differed from one another.
+  how much they differed from one another; how much its group's count, from how much a group's
+  trajectories differed against how much groups did (a prompt may set its samples' verbosity,
+  while each sample's tools run in a sandbox of its own speed).
 
 History outlives the rollout batch: each new batch weighs older observations by ``decay`` once
 more, each pool keeps its ``history`` newest observations and the ``max_groups`` most recently
@@ -99,16 +101,29 @@ class _Series:
 
 @dataclass
 class _Spread:
-    """Per finished trajectory: how many turns (or tool calls) it had, their mean and their sum
-    of squared deviations, so that the spread within trajectories can be set against the spread
-    between them."""
+    """Per finished trajectory: its group, how many turns (or tool calls) it had, their mean and
+    their sum of squared deviations, so that the spread within trajectories can be set against
+    the spread between them, and the spread between a group's trajectories against the spread
+    between groups."""
 
-    rows: list[tuple[int, float, float, int]] = field(default_factory=list)  # n, mean, m2, batch
+    rows: list[tuple[int, float, float, int, str]] = field(default_factory=list)  # n, mean, m2, batch, group
+    _added: int = 0
+    _cache: dict[str, tuple[tuple[int, int, float], float]] = field(default_factory=dict)
 
-    def add(self, n: int, mean: float, m2: float, batch: int, keep: int) -> None:
+    def add(self, n: int, mean: float, m2: float, batch: int, keep: int, group: str = "") -> None:
         if n >= 1:
-            self.rows.append((n, mean, m2, batch))
+            self.rows.append((n, mean, m2, batch, group))
             del self.rows[:-keep]
+            self._added += 1
+
+    def cached(self, name: str, batch: int, decay: float, default: float) -> float:
+        """``strength`` or ``group_strength``, computed once per batch and per finished
+        trajectory: every prediction of every turn asks for them."""
+        key = (batch, self._added, default)
+        hit = self._cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._cache[name] = (key, getattr(self, name)(batch, decay, default))
+        return hit[1]
 
     def strength(self, batch: int, decay: float, default: float) -> float:
         """How many of a trajectory's own observations weigh as much as its group's mean: the
@@ -118,12 +133,40 @@ class _Spread:
         rows = [r for r in self.rows if r[0] >= 2]
         if len(rows) < 4:
             return default
-        n, mean, m2, b = (np.asarray(x, dtype=float) for x in zip(*rows, strict=True))
+        n, mean, m2, b = (np.asarray(x, dtype=float) for x in list(zip(*rows, strict=True))[:4])
         w = decay ** (batch - b)
         within = float((w * m2).sum() / (w * (n - 1)).sum())
-        centre = float((w * mean).sum() / w.sum())
-        between = float((w * (mean - centre) ** 2).sum() / w.sum() - (w * within / n).sum() / w.sum())
-        return float(np.clip(within / max(between, 1e-9 * max(within, 1e-12)), 0.25, 64.0))
+        return _variance_ratio(mean, w, within / n, within)
+
+    def group_strength(self, batch: int, decay: float, default: float) -> float:
+        """How many of a group's observations weigh as much as its task's mean: the variance of
+        trajectory means within a group over the variance between the groups' means, times the
+        observations a trajectory makes. Large when a prompt says nothing of its samples' pace
+        (each sample draws its own sandbox): a group's few samples are then noise, not signal."""
+        by_group: dict[str, list[tuple[int, float, float]]] = {}
+        for n, mean, _, b, g in self.rows:
+            if g:
+                by_group.setdefault(g, []).append((n, mean, decay ** (batch - b)))
+        groups = [np.asarray(r, dtype=float) for r in by_group.values() if len(r) >= 2]
+        if len(groups) < 4:
+            return default
+        dev = np.concatenate([r[:, 1] - np.average(r[:, 1], weights=r[:, 2]) for r in groups])
+        w = np.concatenate([r[:, 2] for r in groups])
+        dof = sum(len(r) - 1 for r in groups) / sum(len(r) for r in groups)
+        within = float((w * dev ** 2).sum() / w.sum() / dof)
+        centres = np.array([np.average(r[:, 1], weights=r[:, 2]) for r in groups])
+        sizes = np.array([len(r) for r in groups], dtype=float)
+        weights = np.array([r[:, 2].mean() for r in groups])
+        per_trajectory = float(np.concatenate([r[:, 0] for r in groups]).mean())
+        return per_trajectory * _variance_ratio(centres, weights, within / sizes, within)
+
+
+def _variance_ratio(means: np.ndarray, w: np.ndarray, noise: np.ndarray, within: float) -> float:
+    """``within`` over the variance of ``means`` (weights ``w``) less their own ``noise``: the
+    shrinkage strength, clipped to [0.25, 64]."""
+    centre = float((w * means).sum() / w.sum())
+    between = float((w * (means - centre) ** 2).sum() / w.sum() - (w * noise).sum() / w.sum())
+    return float(np.clip(within / max(between, 1e-9 * max(within, 1e-12)), 0.25, 64.0))
 
 
 @dataclass
@@ -141,7 +184,7 @@ class _Pool:
         out = {name: [[v, batch - b] for v, b in zip(s.values, s.batches, strict=True)]
                for name, s in (("turns", self.turns), ("tokens", self.tokens), ("tools", self.tools))}
         for name in ("token_spread", "tool_spread"):
-            out[name] = [[n, m, m2, batch - b] for n, m, m2, b in getattr(self, name).rows]
+            out[name] = [[n, m, m2, batch - b, g] for n, m, m2, b, g in getattr(self, name).rows]
         return out
 
     @classmethod
@@ -153,9 +196,13 @@ class _Pool:
                 series.values.append(float(value))
                 series.batches.append(batch - int(age))
         for name in ("token_spread", "tool_spread"):
-            getattr(pool, name).rows = [(int(n), float(m), float(m2), batch - int(age))
-                                        for n, m, m2, age in data.get(name, ())]
+            getattr(pool, name).rows = [(int(n), float(m), float(m2), batch - int(age),
+                                         str(group[0]) if group else "")
+                                        for n, m, m2, age, *group in data.get(name, ())]
         return pool
+
+
+_SPREADS = {"tokens": "token_spread", "tools": "tool_spread"}
 
 
 def _shrunk(sum_: float, weight: float, towards: float, strength: float) -> float:
@@ -208,17 +255,20 @@ class SerialTimePredictor:
         t, g = self._pools(task, group)
         for pool in (t, g):
             pool.turns.add(turns, self.batch, self.history)
-        t.token_spread.add(*own_tokens, self.batch, self.history)
-        t.tool_spread.add(*own_tools, self.batch, self.history)
+        t.token_spread.add(*own_tokens, self.batch, self.history, group)
+        t.tool_spread.add(*own_tools, self.batch, self.history, group)
 
     # -- prediction -----------------------------------------------------------------------------
     def _level_means(self, task: str, group: str, name: str, prior: float) -> float:
-        """The group's mean of one quantity, shrunk towards the task's, shrunk towards ``prior``."""
+        """The group's mean of one quantity, shrunk towards the task's (as strongly as the task's
+        groups are shown to differ), shrunk towards ``prior``."""
         b, d, k = self.batch, self.decay, self.shrink
-        est = prior
-        for pool in (self._tasks.get(task), self._groups.get(group)):
-            if pool is not None:
-                est = _shrunk(*getattr(pool, name).total(b, d), est, k)
+        t, g = self._tasks.get(task), self._groups.get(group)
+        est = prior if t is None else _shrunk(*getattr(t, name).total(b, d), prior, k)
+        if g is not None:
+            spread = getattr(t, _SPREADS[name]) if t is not None else None
+            k_group = spread.cached("group_strength", b, d, k) if spread is not None else k
+            est = _shrunk(*getattr(g, name).total(b, d), est, k_group)
         return est
 
     def _total_turns(self, task: str, group: str, done: int, siblings_running: tuple[int, ...]
@@ -268,7 +318,8 @@ class SerialTimePredictor:
         the other running samples of its group."""
         pool = self._tasks.get(task)
         b, d, k = self.batch, self.decay, self.shrink
-        own_k = (pool.token_spread.strength(b, d, k), pool.tool_spread.strength(b, d, k)) \
+        own_k = (pool.token_spread.cached("strength", b, d, k),
+                 pool.tool_spread.cached("strength", b, d, k)) \
             if pool is not None else (k, k)
         tokens = _shrunk(*own_tokens, self._level_means(task, group, "tokens",
                                                         self.prior_tokens_per_turn), own_k[0])
