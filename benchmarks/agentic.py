@@ -45,15 +45,17 @@ from typing import Any
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
-from rlweave.benchmarks.agentic_oracle import oracle_for, true_remaining
+from rlweave.benchmarks.agentic_oracle import InformedOrchestrator, oracle_for, true_remaining
 from rlweave.benchmarks.agentic_rollout import MAX_LEN, RolloutRun
 from rlweave.benchmarks.agentic_workload import (
     HISTORIES,
     WORKLOADS,
     Trajectory,
+    TrajectoryParameters,
     load_trace,
     previous_step,
     synthetic,
+    synthetic_with_parameters,
 )
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
 from rlweave.plugins.agentic_rollout.plugin import build_orchestrator
@@ -254,10 +256,20 @@ def _batches(args: argparse.Namespace, shape: str) -> tuple[list[Trajectory], li
     return batch, previous_step(args.seed, shape, args.prompts, args.group, history=args.history)
 
 
+def _parameters(args: argparse.Namespace, shape: str) -> dict[str, TrajectoryParameters] | None:
+    """What generated each trajectory of a synthetic shape (a trace has no such thing)."""
+    if shape == "trace":
+        return None
+    return {t.id: p for t, p in synthetic_with_parameters(args.seed, args.prompts, args.group,
+                                                          workload=shape)}
+
+
 def _simulated(batch: list[Trajectory], state: dict[str, Any], h: Harness, seed: int,
-               ) -> dict[str, float]:
+               parameters: dict[str, TrajectoryParameters] | None) -> dict[str, float]:
     """SIMULATED at the measured scale, on the measured cost model; the trajectories carry the
-    group keys the agent loop reports, so that the warm-up's history applies."""
+    group keys the agent loop reports, so that the warm-up's history applies. With the
+    workload's ``parameters`` (a synthetic shape), also the informed orchestrator: the ceiling
+    of prediction."""
     from rlweave.benchmarks.agentic_sim import simulate
 
     seen = [replace(t, group=h.group_of(t)) for t in batch]
@@ -268,11 +280,15 @@ def _simulated(batch: list[Trajectory], state: dict[str, Any], h: Harness, seed:
             o.load_state_dict(state["agentic_rollout"])
         return o
 
+    policies = [("rlweave", "priority", rlweave),
+                ("oracle", "priority", lambda: oracle_for(h.cost, seen)),
+                ("rlweave_preemptive", "preemptive", rlweave),
+                ("oracle_preemptive", "preemptive", lambda: oracle_for(h.cost, seen))]
+    if parameters is not None:
+        policies.append(("informed", "priority", lambda: InformedOrchestrator(
+            h.cost, {t.id: t for t in seen}, parameters)))
     out = {"verl": simulate(seen, h.instances, h.cost, seed=seed).makespan_s}
-    for name, queue, orchestrator in (("rlweave", "priority", rlweave),
-                                      ("oracle", "priority", lambda: oracle_for(h.cost, seen)),
-                                      ("rlweave_preemptive", "preemptive", rlweave),
-                                      ("oracle_preemptive", "preemptive", lambda: oracle_for(h.cost, seen))):
+    for name, queue, orchestrator in policies:
         out[name] = simulate(seen, h.instances, h.cost, placement="heddle", queue=queue,
                              orchestrator=orchestrator(), seed=seed).makespan_s
     return out
@@ -356,7 +372,7 @@ async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> di
                    "per_turn": quality[0]["per_turn"]},
            "makespans_s": {p: [r.makespan_s for r in rs] for p, rs in runs.items()},
            "finish_s": {p: sorted(t.finish_s for t in rs[0].trajectories.values()) for p, rs in runs.items()},
-           "simulated": _simulated(batch, h.state, h, args.seed)}
+           "simulated": _simulated(batch, h.state, h, args.seed, _parameters(args, shape))}
     if args.cluster_instances and shape != "trace":
         out["simulated_cluster"] = _simulated_cluster(args, shape, batch, h)
     return out
@@ -389,6 +405,11 @@ def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
              f"{sim['rlweave_preemptive']:.2f}", f"{sim['oracle_preemptive']:.2f}",
              f"{sim['verl'] / sim['rlweave_preemptive']:.2f}x",
              f"{sim['verl'] / sim['oracle_preemptive']:.2f}x", "", ""]]
+    if "informed" in sim:
+        rows.append(["  SIMULATED information ceiling: told each trajectory's parameters, not its "
+                     "draws (s)", "", f"{sim['informed']:.2f}", "",
+                     f"{sim['verl'] / sim['informed']:.2f}x", "",
+                     f"{sim['informed'] / sim['oracle']:.2f}x", ""])
     if "simulated_cluster" in m:
         c = m["simulated_cluster"]
         rows += [[f"  SIMULATED, {c['instances']} instances, {c['trajectories']} traj. (s)",
@@ -417,7 +438,10 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
             "goal_within_5pct_of_oracle": s["rlweave_over_oracle"][0] <= 1.05,
             "goal_1_15x_where_oracle_1_2x": None if oracle < 1.2 else s["verl_over_rlweave"][0] >= 1.15,
             "simulated_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["rlweave"], 3),
-            "simulated_oracle_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["oracle"], 3)}
+            "simulated_oracle_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["oracle"], 3),
+            "simulated_rlweave_over_oracle": round(m["simulated"]["rlweave"] / m["simulated"]["oracle"], 3),
+            "simulated_informed_over_oracle": (round(m["simulated"]["informed"] / m["simulated"]["oracle"], 3)
+                                               if "informed" in m["simulated"] else None)}
 
 
 def run(args: argparse.Namespace) -> BenchResult:

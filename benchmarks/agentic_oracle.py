@@ -1,5 +1,7 @@
 """The oracle of ``rlweave bench agentic``: rlweave's orchestrator told each trajectory's true
-remaining work instead of predicting it (a benchmark construct, never rlweave's result).
+remaining work instead of predicting it (a benchmark construct, never rlweave's result), and the
+informed orchestrator, told what a perfect model of the workload knows but not its draws: the
+ceiling of prediction, between the two.
 
 It takes the same decisions as the shipped plugin (priority = remaining serial time, presorted
 placement, migration) from the workload's truth, so the gap between it and rlweave is what
@@ -10,10 +12,11 @@ process where the oracle mode's decisions are taken.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlweave.benchmarks.agentic_workload import Trajectory
+from rlweave.benchmarks.agentic_workload import Trajectory, TrajectoryParameters
 from rlweave.plugins.agentic_rollout.orchestrator import OrchestratorSettings, TrajectoryOrchestrator
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel, TrajectoryLoad
 from rlweave.types import TrajectoryInfo
@@ -37,6 +40,49 @@ class OracleOrchestrator(TrajectoryOrchestrator):
         t = self.truth[trajectory.trajectory_id]
         tokens, tool_s = true_remaining(t, trajectory.turns_done)
         return TrajectoryLoad(trajectory.trajectory_id, tokens, tool_s)
+
+
+def expected_remaining_turns(p: TrajectoryParameters, done: int) -> float:
+    """E[total turns - done | total > done] under the generator's turn distribution (rounded,
+    clipped log-normal, or uniform for a deep prompt); at least one turn."""
+    if p.deep:
+        totals = range(p.shape.deep_turns[0], p.shape.deep_turns[1] + 1)
+        mass = dict.fromkeys(totals, 1.0)
+    else:
+        mu, sigma = math.log(p.shape.median_turns * p.difficulty), p.shape.turns_sigma
+        cdf = lambda x: 0.5 * (1 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2))))  # noqa: E731
+        mass = {k: (1.0 if k == 32 else cdf(k + 0.5)) - (0.0 if k == 1 else cdf(k - 0.5))
+                for k in range(1, 33)}
+    alive = {k: m for k, m in mass.items() if k > done}
+    weight = sum(alive.values())
+    if weight <= 0:
+        return 1.0
+    return max(sum(k * m for k, m in alive.items()) / weight - done, 1.0)
+
+
+class InformedOrchestrator(TrajectoryOrchestrator):
+    """rlweave's orchestrator told each trajectory's generative parameters (its prompt's
+    difficulty, its verbosity, its sandbox's speed distribution, whether it is deep) but none of
+    its draws: turns are expected given the turns survived, and the sandbox's speed is inferred
+    from the tool calls made so far as a Bayesian knowing the prior would. The ceiling of any
+    predictor on a synthetic shape; a benchmark construct, simulated only."""
+
+    def __init__(self, cost: EngineCostModel, truth: Mapping[str, Trajectory],
+                 parameters: Mapping[str, TrajectoryParameters]) -> None:
+        super().__init__(cost, OrchestratorSettings())
+        self.truth, self.parameters = dict(truth), dict(parameters)
+
+    def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
+        t, p = self.truth[trajectory.trajectory_id], self.parameters[trajectory.trajectory_id]
+        s, done = p.shape, trajectory.turns_done
+        turns = expected_remaining_turns(p, done)
+        tokens = s.median_tokens * p.verbosity * math.exp(s.tokens_sigma ** 2 / 2)
+        seen = [math.log(x / s.tool_median_s) for x in t.tool_s[:done]]
+        spread, noise = s.trajectory_tool_sigma ** 2, s.tool_sigma ** 2
+        post_var = 1.0 / (len(seen) / noise + 1.0 / spread) if spread else 0.0
+        post_mean = post_var * sum(seen) / noise if spread else 0.0
+        tool = s.tool_median_s * math.exp(post_mean + post_var / 2 + noise / 2)
+        return TrajectoryLoad(trajectory.trajectory_id, turns * tokens, max(turns - 1.0, 0.0) * tool)
 
 
 def oracle_for(cost: EngineCostModel, trajectories: Sequence[Trajectory]) -> OracleOrchestrator:

@@ -107,9 +107,21 @@ WORKLOADS: dict[str, WorkloadShape] = {
 }
 
 
+@dataclass(frozen=True)
+class TrajectoryParameters:
+    """What the generator fixed for a trajectory before drawing its turns, tokens and tools: what
+    a perfect model of the workload could know, short of the draws themselves."""
+
+    shape: TaskShape  # its task's, tool latencies scaled
+    difficulty: float  # the prompt's factor on the median turns
+    verbosity: float  # the prompt's and the trajectory's factors on the median tokens
+    speed: float  # its sandbox's factor on the median tool latency
+    deep: bool
+
+
 def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape: TaskShape,
                 prompt_len: int, difficulty: float, verbosity: float, deep: bool,
-                max_context: int) -> Trajectory:
+                max_context: int) -> tuple[Trajectory, TrajectoryParameters]:
     if deep:
         turns = int(rng.integers(shape.deep_turns[0], shape.deep_turns[1] + 1))
     else:
@@ -125,8 +137,9 @@ def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape
     while turns > 1 and prompt_len + tokens.sum() + TOOL_OUTPUT_TOKENS * (turns - 1) > max_context:
         turns -= 1
         tokens, tools = tokens[:turns], tools[:turns - 1]
-    return Trajectory(tid, group, task, prompt_len, tuple(int(x) for x in tokens),
-                      tuple(round(float(x), 4) for x in tools))
+    return (Trajectory(tid, group, task, prompt_len, tuple(int(x) for x in tokens),
+                       tuple(round(float(x), 4) for x in tools)),
+            TrajectoryParameters(shape, difficulty, verbosity, speed, deep))
 
 
 def synthetic(seed: int, prompts: int | None = None, group: int | None = None,
@@ -136,6 +149,15 @@ def synthetic(seed: int, prompts: int | None = None, group: int | None = None,
     ``tool_scale`` multiplies every tool latency. The prompts (task, difficulty, length) depend
     on ``seed`` only; another ``epoch`` draws new samples of the same prompts, as RL revisits
     its prompts every epoch."""
+    return [t for t, _ in synthetic_with_parameters(seed, prompts, group, max_context, workload,
+                                                    tool_scale, epoch)]
+
+
+def synthetic_with_parameters(seed: int, prompts: int | None = None, group: int | None = None,
+                              max_context: int = 3000, workload: str = "default",
+                              tool_scale: float = 1.0, epoch: int = 0
+                              ) -> list[tuple[Trajectory, TrajectoryParameters]]:
+    """:func:`synthetic`'s batch, each trajectory with the parameters it was drawn from."""
     shape = WORKLOADS[workload]
     prompts = shape.prompts if prompts is None else prompts
     group = shape.group if group is None else group

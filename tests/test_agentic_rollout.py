@@ -348,6 +348,27 @@ def test_prediction_quality_is_kendalls_tau_per_turn() -> None:
     assert q["per_turn"][1] == {"tau": -1.0, "trajectories": 4}
 
 
+def test_the_informed_ceiling_knows_the_generator_not_the_draws() -> None:
+    from rlweave.benchmarks.agentic_oracle import InformedOrchestrator, expected_remaining_turns
+    from rlweave.benchmarks.agentic_workload import TrajectoryParameters, synthetic_with_parameters
+
+    pairs = synthetic_with_parameters(0, workload="mixed")
+    assert [t for t, _ in pairs] == synthetic(0, workload="mixed")
+    t, p = next((t, p) for t, p in pairs if p.deep)
+    assert expected_remaining_turns(p, 0) == pytest.approx(np.mean(range(*p.shape.deep_turns)) + 0.5)
+    assert expected_remaining_turns(p, p.shape.deep_turns[1]) == 1.0  # past every total it could draw
+    informed = InformedOrchestrator(COST, {t.id: t for t, _ in pairs}, {t.id: p for t, p in pairs})
+
+    def tool_s_per_call(t: Trajectory, p: TrajectoryParameters, done: int) -> float:
+        load = informed.load(TrajectoryInfo(t.id, t.group, done, 0, None, t.task, t.prompt_len))
+        return load.remaining_tool_s / (expected_remaining_turns(p, done) - 1.0)
+
+    # A sandbox's speed is learned from its calls: two slow ones raise the expected pace.
+    t, p = next((t, p) for t, p in pairs if p.shape.trajectory_tool_sigma and len(t.tool_s) >= 3
+                and min(t.tool_s[:2]) > 1.5 * p.shape.tool_median_s)
+    assert tool_s_per_call(t, p, 2) > 1.2 * tool_s_per_call(t, p, 0)
+
+
 def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> None:
     """The report path of ``bench agentic`` (ratios, lower bound, tau, simulated rows, plot) on
     rollouts replayed by the simulator instead of the engines."""
@@ -391,8 +412,9 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
     assert set(s["makespan_s"]) == {"verl", "rlweave", "oracle"}
     assert all(v[1] <= v[0] <= v[2] for v in s["over_lower_bound"].values())
     assert measured["tokens_identical"] and measured["tau"]["first_turn"] > 0
-    assert {"verl", "rlweave", "oracle", "rlweave_preemptive"} <= set(measured["simulated"])
+    assert {"verl", "rlweave", "oracle", "rlweave_preemptive", "informed"} <= set(measured["simulated"])
     headline = agentic._headline(measured)
+    assert headline["simulated_informed_over_oracle"] > 0
     assert headline["goal_1_15x_where_oracle_1_2x"] in (None, True, False)
     rows = agentic._rows("default", measured)
     assert all("SIMULATED" in row[0] for row in rows if row[0].strip().startswith(("SIM", "simulated")))
