@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each policy")
     parser.add_argument("--cluster-instances", type=int, default=0,
                         help="also simulate this many instances (0: skip)")
+    parser.add_argument("--sim-seeds", type=int, default=16,
+                        help="also simulate this many seeded batches of each shape, to show how "
+                             "typical the measured one is (0: skip)")
 
 
 # -- engines, balancers, agent loops ----------------------------------------------------------
@@ -294,6 +297,33 @@ def _simulated(batch: list[Trajectory], state: dict[str, Any], h: Harness, seed:
     return out
 
 
+def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[str, Any]:
+    """SIMULATED over ``--sim-seeds`` seeded batches of the shape (the measured one first), on
+    the measured cost model: each policy's makespan over the oracle's. One batch's gap to the
+    oracle hangs on a few draws (a tool call that spikes, a sample that outlives its prompt), so
+    this says whether the measured batch's gap is typical."""
+    from rlweave.benchmarks.agentic_sim import simulate
+
+    over_oracle: dict[str, list[float]] = {"verl": [], "rlweave": [], "informed": []}
+    for seed in range(args.seed, args.seed + args.sim_seeds):
+        pairs = synthetic_with_parameters(seed, args.prompts, args.group, workload=shape)
+        batch = [t for t, _ in pairs]
+        rlweave = build_orchestrator(h.config)
+        simulate(previous_step(seed, shape, args.prompts, args.group, history=args.history),
+                 h.instances, h.cost, placement="heddle", queue="priority", orchestrator=rlweave)
+        by_heddle = {"rlweave": rlweave, "oracle": oracle_for(h.cost, batch),
+                     "informed": InformedOrchestrator(h.cost, {t.id: t for t in batch},
+                                                      {t.id: p for t, p in pairs})}
+        ms = {name: simulate(batch, h.instances, h.cost, placement="heddle", queue="priority",
+                             orchestrator=o, seed=seed).makespan_s for name, o in by_heddle.items()}
+        ms["verl"] = simulate(batch, h.instances, h.cost, seed=seed).makespan_s
+        for name, values in over_oracle.items():
+            values.append(ms[name] / ms["oracle"])
+    return {"seeds": args.sim_seeds, **{name: {"median": float(np.median(v)), "mean": float(np.mean(v)),
+                                               "max": float(np.max(v))}
+                                        for name, v in over_oracle.items()}}
+
+
 # Adaptive parallelism for the tail cannot be measured on CPU: the simulated variant assumes a
 # tensor-parallel pair decodes this much faster, after this long a regrouping.
 ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S = 1.6, 2.0
@@ -375,6 +405,8 @@ async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> di
            "simulated": _simulated(batch, h.state, h, args.seed, _parameters(args, shape))}
     if args.cluster_instances and shape != "trace":
         out["simulated_cluster"] = _simulated_cluster(args, shape, batch, h)
+    if args.sim_seeds and shape != "trace":
+        out["simulated_seeds"] = _simulated_seeds(args, shape, h)
     return out
 
 
@@ -410,6 +442,11 @@ def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
                      "draws (s)", "", f"{sim['informed']:.2f}", "",
                      f"{sim['verl'] / sim['informed']:.2f}x", "",
                      f"{sim['informed'] / sim['oracle']:.2f}x", ""])
+    if "simulated_seeds" in m:
+        z = m["simulated_seeds"]
+        cell = lambda name: f"{z[name]['median']:.2f}x (mean {z[name]['mean']:.2f}x)"  # noqa: E731
+        rows.append([f"  SIMULATED over {z['seeds']} seeded batches, over the oracle: median (mean)",
+                     cell("verl"), cell("rlweave"), f"informed {cell('informed')}", "", "", "", ""])
     if "simulated_cluster" in m:
         c = m["simulated_cluster"]
         rows += [[f"  SIMULATED, {c['instances']} instances, {c['trajectories']} traj. (s)",
@@ -441,7 +478,10 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
             "simulated_oracle_makespan_ratio": round(m["simulated"]["verl"] / m["simulated"]["oracle"], 3),
             "simulated_rlweave_over_oracle": round(m["simulated"]["rlweave"] / m["simulated"]["oracle"], 3),
             "simulated_informed_over_oracle": (round(m["simulated"]["informed"] / m["simulated"]["oracle"], 3)
-                                               if "informed" in m["simulated"] else None)}
+                                               if "informed" in m["simulated"] else None),
+            "simulated_seeds_over_oracle": ({name: round(v["median"], 3) for name, v in
+                                             m["simulated_seeds"].items() if name != "seeds"}
+                                            if "simulated_seeds" in m else None)}
 
 
 def run(args: argparse.Namespace) -> BenchResult:

@@ -406,7 +406,8 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
         return oracle_for(COST, batch) if policy == "oracle" else TrajectoryOrchestrator(COST)
 
     args = argparse.Namespace(workload="default", trace=None, history="epoch", prompts=4,
-                              group=2, instances=2, slots=4, repeats=2, cluster_instances=4, seed=0)
+                              group=2, instances=2, slots=4, repeats=2, cluster_instances=4, seed=0,
+                              sim_seeds=2)
     measured = asyncio.run(agentic._measure_shape(args, "default", SimulatedHarness()))
     s = measured["summary"]
     assert set(s["makespan_s"]) == {"verl", "rlweave", "oracle"}
@@ -415,6 +416,7 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
     assert {"verl", "rlweave", "oracle", "rlweave_preemptive", "informed"} <= set(measured["simulated"])
     headline = agentic._headline(measured)
     assert headline["simulated_informed_over_oracle"] > 0
+    assert set(headline["simulated_seeds_over_oracle"]) == {"verl", "rlweave", "informed"}
     assert headline["goal_1_15x_where_oracle_1_2x"] in (None, True, False)
     rows = agentic._rows("default", measured)
     assert all("SIMULATED" in row[0] for row in rows if row[0].strip().startswith(("SIM", "simulated")))
