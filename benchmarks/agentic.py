@@ -320,10 +320,8 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
     for seed in range(args.seed, args.seed + args.sim_seeds):
         pairs = synthetic_with_parameters(seed, args.prompts, args.group, workload=shape)
         batch = [t for t, _ in pairs]
-        rlweave = build_orchestrator(h.config)
-        simulate(previous_step(seed, shape, args.prompts, args.group, history=args.history),
-                 h.instances, h.cost, placement="heddle", queue="priority", orchestrator=rlweave)
-        by_heddle = {"rlweave": rlweave, "oracle": oracle_for(h.cost, batch),
+        past = previous_step(seed, shape, args.prompts, args.group, history=args.history)
+        by_heddle = {"rlweave": _trained(h, past, h.instances), "oracle": oracle_for(h.cost, batch),
                      "informed": InformedOrchestrator(h.cost, {t.id: t for t in batch},
                                                       {t.id: p for t, p in pairs})}
         ms = {name: simulate(batch, h.instances, h.cost, placement="heddle", queue="priority",
@@ -334,6 +332,16 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
     return {"seeds": args.sim_seeds, **{name: {"median": float(np.median(v)), "mean": float(np.mean(v)),
                                                "max": float(np.max(v))}
                                         for name, v in over_oracle.items()}}
+
+
+def _trained(h: Harness, past: list[Trajectory], instances: int) -> Any:
+    """rlweave's orchestrator after a SIMULATED rollout of ``past``: what its predictor would
+    have learned from the previous epoch."""
+    from rlweave.benchmarks.agentic_sim import simulate
+
+    o = build_orchestrator(h.config)
+    simulate(past, instances, h.cost, placement="heddle", queue="priority", orchestrator=o)
+    return o
 
 
 async def _warm_up(h: Harness, history: list[Trajectory]) -> None:
@@ -377,19 +385,14 @@ def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Traject
     cluster = synthetic(args.seed + 1, prompts, args.group, workload=shape)
     past = previous_step(args.seed + 1, shape, prompts, args.group, history=args.history)
 
-    def trained() -> Any:
-        o = build_orchestrator(h.config)
-        simulate(past, n, h.cost, placement="heddle", queue="priority", orchestrator=o)
-        return o
-
     tail = TailParallelism(2, ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S)
     return {"instances": n, "trajectories": len(cluster),
             "lower_bound": lower_bound(cluster, n, h.cost),
             "verl": simulate(cluster, n, h.cost, seed=args.seed).makespan_s,
             "rlweave": simulate(cluster, n, h.cost, placement="heddle", queue="priority",
-                                orchestrator=trained(), seed=args.seed).makespan_s,
+                                orchestrator=_trained(h, past, n), seed=args.seed).makespan_s,
             "rlweave_tail_tp2": simulate(cluster, n, h.cost, placement="heddle", queue="priority",
-                                         orchestrator=trained(), seed=args.seed, tail=tail).makespan_s}
+                                         orchestrator=_trained(h, past, n), seed=args.seed, tail=tail).makespan_s}
 
 
 async def _contended_runs(args: argparse.Namespace, shape: str, h: Harness,
@@ -426,13 +429,14 @@ async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> di
         for policy in (("verl", "rlweave") if r % 2 == 0 else ("rlweave", "verl")):
             uncontended[policy].append((await h.rollout(policy, small, f"{policy}-small{r}")).makespan_s)
     lower = [bounds[b]["s"] for b in rounds]
-    identical = all(_tokens_identical([rs[r] for rs in runs.values() for r in range(len(rounds))
-                                       if rounds[r] == b], data[b][0]) for b in range(len(data)))
+    of_batch = [[r for r, rb in enumerate(rounds) if rb == b] for b in range(len(data))]
+    identical = all(_tokens_identical([rs[r] for rs in runs.values() for r in of_batch[b]], data[b][0])
+                    for b in range(len(data)))
     quality = [prediction_quality(run, data[b][0], per_token) for run, b in zip(runs["rlweave"], rounds, strict=True)]
     out = {"trajectories": len(batch), "summary": summarize(runs, lower), "lower_bound": bounds[0],
            "batches": [{"seed": None if shape == "trace" else args.seed + b, "lower_bound_s": bounds[b]["s"],
-                        "makespan_s": {p: [rs[r].makespan_s for r in range(len(rounds)) if rounds[r] == b]
-                                       for p, rs in runs.items()}} for b in range(len(data))],
+                        "makespan_s": {p: [rs[r].makespan_s for r in of_batch[b]] for p, rs in runs.items()}}
+                       for b in range(len(data))],
            "queueing_mean_s": {p: float(np.mean([r.queueing().mean() for r in rs])) for p, rs in runs.items()},
            "queueing_p99_s": {p: float(np.mean([np.percentile(r.queueing(), 99) for r in rs]))
                               for p, rs in runs.items()},

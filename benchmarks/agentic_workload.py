@@ -110,12 +110,12 @@ WORKLOADS: dict[str, WorkloadShape] = {
 @dataclass(frozen=True)
 class TrajectoryParameters:
     """What the generator fixed for a trajectory before drawing its turns, tokens and tools: what
-    a perfect model of the workload could know, short of the draws themselves."""
+    a perfect model of the workload could know, short of the draws themselves (its sandbox's
+    speed is a draw: ``shape`` gives its distribution)."""
 
     shape: TaskShape  # its task's, tool latencies scaled
     difficulty: float  # the prompt's factor on the median turns
     verbosity: float  # the prompt's and the trajectory's factors on the median tokens
-    speed: float  # its sandbox's factor on the median tool latency
     deep: bool
 
 
@@ -139,7 +139,7 @@ def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape
         tokens, tools = tokens[:turns], tools[:turns - 1]
     return (Trajectory(tid, group, task, prompt_len, tuple(int(x) for x in tokens),
                        tuple(round(float(x), 4) for x in tools)),
-            TrajectoryParameters(shape, difficulty, verbosity, speed, deep))
+            TrajectoryParameters(shape, difficulty, verbosity, deep))
 
 
 def synthetic(seed: int, prompts: int | None = None, group: int | None = None,
