@@ -66,10 +66,14 @@ class StageFusionConfig(PluginSection):
     inference ``inference_ms_per_sample`` (0: measured on the previous step), ``shared_slowdown``
     times slower (and the engine too) while an engine decodes on the trainer's devices.
     ``rlweave bench fusion-inter`` measures them on the real engine and trainer.
+    ``inference_waits``: whether the samples that finish before the migration wait for the
+    devices it frees, instead of being inferred beside the generation (``auto``: where the cost
+    model predicts it pays; ``always``; ``never``).
     """
 
     available: ClassVar[bool] = True
     paper: ClassVar[str] = "RLHFuse (NSDI'25)"
+    WAITS: ClassVar[tuple[str, ...]] = ("auto", "always", "never")
     migration: bool = True
     migrate_threshold: int = 0
     decode_base_ms: float = 2.0
@@ -77,8 +81,12 @@ class StageFusionConfig(PluginSection):
     prefill_us_per_token: float = 20.0
     inference_ms_per_sample: float = 0.0
     shared_slowdown: float = 2.0
+    inference_waits: str = "auto"
 
     def finalize(self) -> None:
+        if self.inference_waits not in self.WAITS:
+            raise ConfigError(f"unknown rlweave.stage_fusion.inference_waits '{self.inference_waits}'; allowed: "
+                              f"{', '.join(self.WAITS)}.")
         for option, value, ok, allowed in (
             ("migrate_threshold", self.migrate_threshold, self.migrate_threshold >= 0,
              ">= 0 (0 = chosen by the cost model)"),

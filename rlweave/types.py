@@ -176,13 +176,17 @@ class MigrationPlan:
     """RLHFuse's long-tail migration for one step: once at most ``threshold`` samples are still
     generating, the unfinished samples of ``sources`` move to ``destinations`` (aborted,
     resubmitted with their generated tokens, re-prefilled). The predicted generation+inference
-    stage with the plan and without it."""
+    stage with the plan and without it. ``inference_waits``: the trainer holds the inference of
+    samples that finish before the migration until it has freed the trainer's devices (RLHFuse
+    runs inference on the devices migration frees), instead of running it beside the sources'
+    generation; the step's last samples are inferred when they come either way."""
 
     threshold: int
     sources: tuple[str, ...]
     destinations: tuple[str, ...]
     predicted_stage_s: float
     predicted_stage_s_without: float
+    inference_waits: bool = False
 
 
 @dataclass(frozen=True)

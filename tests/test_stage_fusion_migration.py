@@ -65,6 +65,29 @@ def test_migrating_the_tail_off_the_trainers_devices_frees_them_for_inference() 
                           destinations=("i1",)) > migrated
 
 
+def test_inference_can_wait_for_the_devices_the_migration_frees() -> None:
+    lengths = [1, 3, 12, 3]  # in turn: i0 (shares) gets 1 and 12, i1 gets 3 and 3
+    hosts = instances(True, False)
+    costly = InferenceCost(1.0, shared_slowdown=4.0)
+    # The migration comes at 3 s, when i1's samples are in and only the 12-token one is left.
+    # Beside it from 1 s, the first sample's inference makes i0's next token take 4 s: at 3 s it
+    # has made 1 token, not 3, and ends at 14 s on i1 (inferred by 15 s). Held, the inference of
+    # the three waits until 3 s and runs alone (done by 6 s); the tail ends at 12 s, 13 s inferred.
+    beside = simulate_stage(lengths, hosts, SECOND, costly, threshold=1, destinations=("i1",))
+    held = simulate_stage(lengths, hosts, SECOND, costly, threshold=1, destinations=("i1",), inference_waits=True)
+    assert held == pytest.approx(13.0) and beside == pytest.approx(15.0)
+    plan = plan_migration(step_of(True, False, samples=4), lengths, SECOND, costly)
+    assert plan is not None and plan.inference_waits
+    # Where inference beside an engine costs it nothing, holding only delays it.
+    free = InferenceCost(1.0, shared_slowdown=1.0)
+    assert simulate_stage(lengths, hosts, SECOND, free, threshold=1, destinations=("i1",),
+                          inference_waits=True) >= simulate_stage(lengths, hosts, SECOND, free, threshold=1,
+                                                                   destinations=("i1",))
+    # No migration comes (every sample ends at once): the held samples go with the last ones.
+    assert simulate_stage([2, 2], hosts, SECOND, costly, threshold=1, destinations=("i1",),
+                          inference_waits=True) == pytest.approx(4.0)
+
+
 def step_of(*shares: bool, samples: int = 8) -> FusionStep:
     return FusionStep(step=2, samples=samples, instances=instances(*shares), prompt_len=8)
 
@@ -95,6 +118,8 @@ def test_bad_costs_fail_clearly() -> None:
         InferenceCost(1.0, 0.5)
     with pytest.raises(ConfigError, match="shared_slowdown'; allowed: >= 1"):
         build_config([Setting("stage_fusion.shared_slowdown", 0.5, "test")])
+    with pytest.raises(ConfigError, match="inference_waits 'sometimes'; allowed: auto, always, never"):
+        build_config([Setting("stage_fusion.inference_waits", "sometimes", "test")])
 
 
 def test_the_plugin_plans_each_step_from_the_lengths_of_the_step_before(monkeypatch: pytest.MonkeyPatch,
@@ -118,5 +143,17 @@ def test_the_plugin_plans_each_step_from_the_lengths_of_the_step_before(monkeypa
     assert plan is not None and plan.destinations == ("i1",)
     assert f"once <= {plan.threshold} of 8 samples remain" in caplog.text
     assert "predicted generation+inference" in caplog.text
+    assert "inference waiting for the freed devices" in caplog.text or "inference as samples finish" in caplog.text
+    for waits, expected in (("always", True), ("never", False)):  # fixed, not the cost model's choice
+        config = build_config([Setting("stage_fusion.enable", True, "test"),
+                               Setting("stage_fusion.decode_base_ms", 1000.0, "test"),
+                               Setting("stage_fusion.decode_per_seq_ms", 0.0, "test"),
+                               Setting("stage_fusion.prefill_us_per_token", 0.0, "test"),
+                               Setting("stage_fusion.shared_slowdown", 4.0, "test"),
+                               Setting("stage_fusion.inference_waits", waits, "test")])
+        hook = build_plugin_manager(config).hook
+        for i, n in enumerate([1, 3, 12, 3]):
+            hook.rlweave_sample_finished(sample=SampleRecord(f"g{i}_0_0", f"g{i}", 8, n, 1))
+        assert hook.rlweave_migration_plan(step=FusionStep(2, 4, step.instances, 0, 1.0)).inference_waits is expected
     off = build_config([Setting("stage_fusion.enable", True, "test"), Setting("stage_fusion.migration", False, "test")])
     assert build_plugin_manager(off).hook.rlweave_migration_plan(step=step) is None

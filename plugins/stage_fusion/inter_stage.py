@@ -37,6 +37,7 @@ class _State:
         self.engine = EngineCost(2e-3, 1e-4, 2e-5)
         self.inference_s = 0.0  # 0: the trainer's measurement of the previous step
         self.shared_slowdown = 2.0
+        self.inference_waits: bool | None = None  # None: where the cost model predicts it pays
         self.lengths: dict[int, list[int]] = defaultdict(list)  # step -> output lengths seen
 
 
@@ -51,6 +52,7 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     state.migration, state.threshold = c.migration, c.migrate_threshold
     state.engine = EngineCost(c.decode_base_ms / 1e3, c.decode_per_seq_ms / 1e3, c.prefill_us_per_token / 1e6)
     state.inference_s, state.shared_slowdown = c.inference_ms_per_sample / 1e3, c.shared_slowdown
+    state.inference_waits = {"auto": None, "always": True, "never": False}[c.inference_waits]
 
 
 @hookimpl
@@ -83,16 +85,17 @@ def rlweave_migration_plan(step: FusionStep) -> MigrationPlan | None:
         lengths = []  # no inference measured yet: nothing to predict with
     sources, others = roles(step.instances)
     cost = InferenceCost(per_sample or 1.0, state.shared_slowdown, max(1, step.inference_batch))
-    plan = plan_migration(step, lengths, state.engine, cost,
-                          threshold=state.threshold, seed=step.step)
+    plan = plan_migration(step, lengths, state.engine, cost, threshold=state.threshold, seed=step.step,
+                          inference_waits=state.inference_waits)
     if plan is None:
         why = ("no instance runs on the trainer's devices, so none would free them" if not sources else
                "every instance runs on the trainer's devices, so none is left to migrate onto" if not others else
                "no step seen yet to predict it from" if not lengths else "the cost model predicts no gain")
         logger.info("rlweave stage fusion: step %d does not migrate: %s", step.step, why)
         return None
-    logger.info("rlweave stage fusion: step %d migrates the tail of %s to %s once <= %d of %d samples remain; "
-                "predicted generation+inference %.3f s (%.3f s without)", step.step, list(plan.sources),
-                list(plan.destinations), plan.threshold, step.samples, plan.predicted_stage_s,
-                plan.predicted_stage_s_without)
+    logger.info("rlweave stage fusion: step %d migrates the tail of %s to %s once <= %d of %d samples remain, "
+                "inference %s; predicted generation+inference %.3f s (%.3f s without)", step.step,
+                list(plan.sources), list(plan.destinations), plan.threshold, step.samples,
+                "waiting for the freed devices" if plan.inference_waits else "as samples finish",
+                plan.predicted_stage_s, plan.predicted_stage_s_without)
     return plan

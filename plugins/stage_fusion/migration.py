@@ -25,8 +25,12 @@ over the samples verl's balancer gives it (least in flight first, so in turn), t
 infers finished samples first come first served, a dynamic batch at a time, and an instance that shares the trainer's
 devices and the trainer slow each other down while both run. At the threshold, the unfinished
 samples of the source instances join the destinations after their re-prefill. The stage ends
-when the last sample's inference does. :func:`plan_migration` tries every threshold and
-destination count and keeps the fastest, or none where migrating does not pay.
+when the last sample's inference does. The trainer may also hold the inference of the samples
+that finish before the migration until it has freed the trainer's devices, as RLHFuse runs
+inference on the devices migration frees: inference beside a decoding instance slows both, and
+where that costs more than the wait, holding pays. :func:`plan_migration` tries every
+threshold, destination count and whether inference waits, and keeps the fastest, or none where
+migrating does not pay.
 """
 
 from __future__ import annotations
@@ -88,10 +92,11 @@ class _Instance:
 
 def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance], engine: EngineCost,
                    inference: InferenceCost, prompt_len: int = 0, threshold: int = 0,
-                   destinations: Sequence[str] = ()) -> float:
+                   destinations: Sequence[str] = (), inference_waits: bool = False) -> float:
     """Seconds from the step's start until the last sample's inference is done (see the
     module docstring). ``lengths``: output tokens per sample, in dispatch order; samples go to
-    ``instances`` in turn. ``threshold`` 0: no migration."""
+    ``instances`` in turn. ``threshold`` 0: no migration. ``inference_waits``: finished samples
+    are not inferred before the migration (the step's last ones aside)."""
     if not len(instances) or not len(lengths):
         raise ValueError("simulate_stage needs at least one instance and one sample")
     ids = [i.instance_id for i in instances]
@@ -105,7 +110,7 @@ def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance],
     events = [(engine.iteration_s(len(e.running)), k) for k, e in enumerate(engines) if e.running]
     heapq.heapify(events)
     unfinished, migrated = len(left), threshold <= 0
-    inferer = _Inference(inference)
+    inferer = _Inference(inference, holding=inference_waits and not migrated)
     while events:
         now, k = heapq.heappop(events)
         inferer.advance(now, engines)
@@ -121,6 +126,7 @@ def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance],
         if not migrated and unfinished <= threshold:
             migrated = True
             events, delay = _migrate(engines, dest, left, lengths, prompt_len, engine, now, k, events)
+            inferer.release()
         if e.active and e.running:
             wall = _wall_s(e, engine.iteration_s(len(e.running)), inferer, inference)
             heapq.heappush(events, (now + delay + wall, k))
@@ -182,11 +188,12 @@ class _Inference:
     released to the trainer a dynamic batch (``cost.batch`` samples, or the step's last ones)
     at a time, ``shared_slowdown`` times slower while an instance on its devices decodes."""
 
-    def __init__(self, cost: InferenceCost) -> None:
+    def __init__(self, cost: InferenceCost, holding: bool = False) -> None:
         self.cost = cost
         self.now = 0.0
         self.queued = 0.0  # work (seconds on free devices) released to the trainer, not yet done
-        self.gathering = 0  # finished samples waiting for their batch to fill
+        self.gathering = 0  # finished samples waiting for their batch to fill (or held)
+        self.holding = holding  # until the migration: finished samples wait for the freed devices
         self.shared_busy = False
 
     def advance(self, now: float, engines: list[_Instance]) -> None:
@@ -197,9 +204,17 @@ class _Inference:
 
     def arrive(self, last: bool = False) -> None:
         self.gathering += 1
-        if self.gathering >= self.cost.batch or last:
-            self.queued += self.gathering * self.cost.per_sample_s
-            self.gathering = 0
+        if last or (not self.holding and self.gathering >= self.cost.batch):
+            self._take(self.gathering)
+
+    def release(self) -> None:
+        """The migration freed the devices: the held samples go, in whole dynamic batches."""
+        self.holding = False
+        self._take(self.gathering // self.cost.batch * self.cost.batch)
+
+    def _take(self, samples: int) -> None:
+        self.queued += samples * self.cost.per_sample_s
+        self.gathering -= samples
 
     def finish(self) -> float:
         """When the queue empties once generation has ended (no engine shares the devices then)."""
@@ -214,39 +229,41 @@ def roles(instances: Sequence[RolloutInstance]) -> tuple[tuple[str, ...], list[s
 
 
 def plan_migration(step: FusionStep, lengths: Sequence[int], engine: EngineCost, inference: InferenceCost,
-                   threshold: int = 0, seed: int = 0) -> MigrationPlan | None:
+                   threshold: int = 0, seed: int = 0, inference_waits: bool | None = None) -> MigrationPlan | None:
     """The fastest predicted migration for ``step`` (``lengths``: its expected output lengths),
     or ``None`` where none predicts a stage at least ``MIN_GAIN`` shorter than not migrating.
     Sources are the instances that share the trainer's devices (their devices are what
-    migration frees); destinations are chosen among the others, the fewest that hold the tail.
+    migration frees); destinations are chosen among the others, the fewest that hold the tail;
+    and inference waits for the freed devices where that predicts a shorter stage.
     ``threshold`` > 0 fixes the threshold instead of searching it (without ``lengths``, onto one
-    destination, with no prediction)."""
+    destination, with no prediction); ``inference_waits`` fixes whether inference waits."""
     instances = step.instances
     sources, others = roles(instances)
     if not sources or not others:
         return None
     if not lengths:  # nothing to predict from: a fixed threshold onto one destination
-        return (MigrationPlan(threshold, sources, tuple(others[:1]), float("nan"), float("nan"))
-                if threshold > 0 else None)
+        return (MigrationPlan(threshold, sources, tuple(others[:1]), float("nan"), float("nan"),
+                              bool(inference_waits)) if threshold > 0 else None)
     rng = np.random.default_rng(seed)
     orders = [rng.permutation(np.asarray(lengths)) for _ in range(ORDERS)]
 
-    def predict(r: int, dest: Sequence[str]) -> float:
-        return float(np.mean([simulate_stage(o, instances, engine, inference, step.prompt_len, r, dest)
+    def predict(r: int, dest: Sequence[str], waits: bool) -> float:
+        return float(np.mean([simulate_stage(o, instances, engine, inference, step.prompt_len, r, dest, waits)
                               for o in orders]))
 
-    without = predict(0, ())
+    without = predict(0, (), False)
     candidates = range(1, len(lengths)) if threshold <= 0 else (min(threshold, len(lengths)),)
-    best: tuple[float, int, tuple[str, ...]] | None = None
+    best: tuple[float, int, tuple[str, ...], bool] | None = None
     for m in range(1, len(others) + 1):
         dest = tuple(others[:m])
         for r in candidates:
-            predicted = predict(r, dest)
-            if best is None or predicted < best[0] - 1e-9:
-                best = (predicted, r, dest)
+            for waits in (False, True) if inference_waits is None else (inference_waits,):
+                predicted = predict(r, dest, waits)
+                if best is None or predicted < best[0] - 1e-9:
+                    best = (predicted, r, dest, waits)
     assert best is not None
-    predicted, r, dest = best
+    predicted, r, dest, waits = best
     if threshold <= 0 and predicted > (1 - MIN_GAIN) * without:
         return None
     return MigrationPlan(threshold=r, sources=sources, destinations=dest, predicted_stage_s=predicted,
-                         predicted_stage_s_without=without)
+                         predicted_stage_s_without=without, inference_waits=waits)
