@@ -338,6 +338,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
                                      for m in ("mean_norm_latency_s", "p95_norm_latency_s", "mean_e2e_s", "p95_e2e_s")}
                 row[p]["vs_fcfs"]["throughput"] = median_spread([o["tokens_per_s"] / f["tokens_per_s"] for f, o in pairs])
         row["complete"] = all(s["complete"] for p in policies for s in per_run[p])
+        row["simulated"] = simulated_schedules(requests, fcfs, key, coef, workload, args.max_num_seqs)
         table[key] = row
     costs = {p: [iteration_costs(r) for r in runs[p]] for p in policies if p != "fcfs"}
     cost_table = {p: {w: {m: median_spread([c[w][m] for c in cs if w in c]) for m in COST_MEASURES}
@@ -380,6 +381,24 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
     return BenchResult(headline, rows, regime, details=details)
 
 
+def simulated_schedules(requests: list[dict], fcfs: list[dict], key: str, coef: np.ndarray, workload: list[dict],
+                        slots: int) -> dict[str, Any]:
+    """SIMULATED (:mod:`.serving_ceiling`): mean normalised latency of FCFS (the simulator's
+    check against the measured FCFS) and of the SRPT oracle (what any scheduler could reach),
+    per round on that round's rate and FCFS probe, as medians with their spread."""
+    from rlweave.benchmarks.serving_ceiling import fit_engine, simulate
+
+    probe_prompt = round(float(np.mean([r["prompt_len"] for r in workload])))
+    probe_output = round(float(np.mean([r["output_len"] for r in workload])))
+    out: dict[str, list[float]] = {"fcfs": [], "srpt_oracle": []}
+    for run_ in fcfs:
+        engine = fit_engine(coef, run_["probe_tokens_per_s"], probe_prompt, probe_output, slots)
+        rate = run_["levels"][key]["rate_req_s"]
+        out["fcfs"].append(float(simulate(requests, rate, engine, "fcfs").mean()))
+        out["srpt_oracle"].append(float(simulate(requests, rate, engine, "srpt").mean()))
+    return {k: median_spread(v) for k, v in out.items()}
+
+
 def headline_figures(policies: list[str], table: dict, costs: dict, loads: list[float],
                      args: argparse.Namespace) -> dict[str, Any]:
     top = table[str(loads[-1])]
@@ -401,6 +420,9 @@ def headline_figures(policies: list[str], table: dict, costs: dict, loads: list[
         "throughput_ratio_spread": [round(vs["throughput"]["min"], 3), round(vs["throughput"]["max"], 3)],
         "mean_vs_lower_bound": round(top[ours]["mean_norm_latency_s"]["median"] / lb, 3),
         "fcfs_mean_vs_lower_bound": round(top["fcfs"]["mean_norm_latency_s"]["median"] / lb, 3),
+        # SIMULATED: what any scheduler could reach (true lengths), and the simulator's FCFS
+        "srpt_oracle_vs_lower_bound_simulated": round(top["simulated"]["srpt_oracle"]["median"] / lb, 3),
+        "fcfs_vs_lower_bound_simulated": round(top["simulated"]["fcfs"]["median"] / lb, 3),
         "preemptions_per_request": round(top[ours]["preemptions_per_request"]["median"], 3),
         "recomputed_tokens_per_preempted": round(top[ours]["recomputed_tokens_per_preempted"]["median"], 1),
         "uncontended_mean_norm_latency_ratio": (round(low[ours]["vs_fcfs"]["mean_norm_latency_s"]["median"], 3)
@@ -431,6 +453,10 @@ def table_rows(policies: list[str], table: dict, costs: dict) -> list[list[str]]
                      f"{lb * scale:.1f}" if lb is not None else "-",
                      *(f"{fmt(row[p]['vs_fcfs'][ratio], 1.0, 2)}x" for p in policies if p != "fcfs")]
             rows.append(cells)
+        sim = row["simulated"]
+        rows.append([f"{key}: mean norm latency SIMULATED, FCFS / SRPT oracle (ms/tok)",
+                     f"{fmt(sim['fcfs'], ms)} / {fmt(sim['srpt_oracle'], ms)}",
+                     *("" for p in policies[1:]), "-", *("" for p in policies if p != "fcfs")])
         rows.append([f"{key}: preemptions per request / tokens re-prefilled per preempted",
                      *("-" if p == "fcfs" else f"{fmt(row[p]['preemptions_per_request'], 1.0, 2)} / "
                        f"{fmt(row[p]['recomputed_tokens_per_preempted'], 1.0, 0)}" for p in policies),

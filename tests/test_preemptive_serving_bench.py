@@ -78,6 +78,9 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     assert h["recomputed_tokens_per_preempted"] == 0.0
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
     assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}
+    # SIMULATED beside the measurements: no scheduler below the bound, the oracle no worse than FCFS
+    assert 1.0 <= h["srpt_oracle_vs_lower_bound_simulated"] <= h["fcfs_vs_lower_bound_simulated"]
+    assert any("SIMULATED" in row[0] for row in result.rows)
 
 
 class FakeEngine:

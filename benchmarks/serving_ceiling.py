@@ -1,0 +1,92 @@
+"""What any scheduler could reach on ``bench serving``'s workload: SIMULATED, a planning figure.
+
+``bench serving``'s lower bound is each request's latency with no queueing and no co-runners. At
+a load near capacity no scheduler reaches it: the slots are full, so requests wait or share
+iterations. How near a scheduler can come is what decides whether a goal such as "within 2x of
+the bound" is reachable at all. This module replays the measured requests (arrivals at the
+round's rate, prompt and output lengths) on an iteration-level model of the engine fitted to the
+same round's FCFS measurements, under two schedules:
+
+- **FCFS** (vLLM's default): a request keeps its slot until it ends; the simulator's check
+  against the FCFS engine's measured latency;
+- **SRPT oracle**: every iteration runs the requests with the fewest output tokens left (true
+  lengths, which no real scheduler knows), preempting the others with their KV kept, so at no
+  cost. Shortest remaining first minimises mean latency on one server; here it is the ceiling
+  of attained-service schedulers such as FastServe's MLFQ and rlweave's adaptive policy.
+
+The engine model: an iteration decoding ``b`` sequences takes ``base + per_seq * b``, plus
+``prefill`` per prompt token of each request that starts in it. ``base + per_seq`` is the
+per-output-token cost of a request alone and ``prefill`` its per-prompt-token cost (the bench's
+fit to requests run alone); the iteration at full batch comes from the saturation probe.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """Seconds per iteration: ``base + per_seq * decoding`` + ``prefill`` per prompt token started."""
+
+    base: float
+    per_seq: float
+    prefill: float
+    slots: int
+
+    def iteration_s(self, decoding: int, prompt_tokens: int) -> float:
+        return self.base + self.per_seq * decoding + self.prefill * prompt_tokens
+
+
+def fit_engine(alone_fit: Sequence[float], probe_tokens_per_s: float, probe_prompt: int, probe_output: int,
+               slots: int) -> EngineModel:
+    """The model from the bench's fit to requests alone (``[fixed, per prompt token, per output
+    token]``) and its saturation probe (equal requests of ``probe_prompt`` + ``probe_output``
+    tokens filling ``slots``): a request's share of the probe is its prefill plus ``probe_output``
+    iterations at full batch, shared by ``slots`` requests."""
+    _, prefill, alone = (float(x) for x in alone_fit)
+    per_request = probe_output / probe_tokens_per_s
+    full = max(alone, slots * (per_request - prefill * probe_prompt) / probe_output)
+    per_seq = (full - alone) / (slots - 1) if slots > 1 else 0.0
+    return EngineModel(base=alone - per_seq, per_seq=per_seq, prefill=prefill, slots=slots)
+
+
+def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, policy: str) -> np.ndarray:
+    """Each request's latency over its output tokens (seconds per token), ``requests`` served
+    at ``rate_req_s`` (their ``arrival_s`` are at unit rate, as the bench's) under ``policy``:
+    ``fcfs`` or ``srpt``."""
+    if policy not in ("fcfs", "srpt"):
+        raise ValueError(f"unknown policy {policy!r}: fcfs or srpt")
+    arrival = np.array([r["arrival_s"] for r in requests]) / rate_req_s
+    prompt = [int(r["prompt_len"]) for r in requests]
+    left = np.array([int(r["output_len"]) for r in requests])
+    output = left.copy()
+    finish = np.zeros(len(requests))
+    started = np.zeros(len(requests), dtype=bool)
+    waiting: list[tuple[float, int]] = []  # (key, request): arrival order for FCFS, tokens left for SRPT
+    running: list[int] = []
+    now, nxt = 0.0, 0
+    while nxt < len(requests) or waiting or running:
+        if not waiting and not running:
+            now = max(now, arrival[nxt])
+        while nxt < len(requests) and arrival[nxt] <= now:
+            heapq.heappush(waiting, (nxt if policy == "fcfs" else left[nxt], nxt))
+            nxt += 1
+        if policy == "srpt":  # every iteration: the fewest tokens left run, the rest wait
+            for i in running:
+                heapq.heappush(waiting, (left[i], i))
+            running = []
+        while waiting and len(running) < engine.slots:
+            running.append(heapq.heappop(waiting)[1])
+        new = [i for i in running if not started[i]]
+        started[new] = True
+        now += engine.iteration_s(len(running), sum(prompt[i] for i in new))
+        left[running] -= 1
+        for i in [i for i in running if left[i] == 0]:
+            finish[i] = now
+            running.remove(i)
+    return (finish - arrival) / output

@@ -1,0 +1,41 @@
+"""``bench serving``'s SIMULATED ceiling: the engine model's fit and the two schedules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlweave.benchmarks.serving import synthetic_workload
+from rlweave.benchmarks.serving_ceiling import EngineModel, fit_engine, simulate
+
+
+def test_the_engine_model_is_fitted_from_requests_alone_and_the_saturation_probe() -> None:
+    # alone: 2 ms per output token, 0.1 ms per prompt token; at 4 slots an iteration takes 5 ms
+    # (2 ms + 1 ms per sequence): a probe request of 50 + 40 tokens holds 50 us x 50 of prefill
+    # and 40 iterations shared by 4, so it takes (5 ms + 40 x 5 ms / 4) of the engine
+    per_request = 1e-4 * 50 + 40 * 5e-3 / 4
+    engine = fit_engine([0.01, 1e-4, 3e-3], 40 / per_request, 50, 40, slots=4)
+    assert engine.iteration_s(1, 0) == pytest.approx(3e-3)
+    assert engine.iteration_s(4, 0) == pytest.approx(5e-3)
+    assert engine.prefill == pytest.approx(1e-4)
+
+
+def test_one_slot_serves_in_arrival_order_and_srpt_runs_the_shortest_first() -> None:
+    engine = EngineModel(base=1.0, per_seq=0.0, prefill=0.0, slots=1)
+    requests = [{"arrival_s": 0.0, "prompt_len": 1, "output_len": 10},
+                {"arrival_s": 0.5, "prompt_len": 1, "output_len": 1}]
+    # FCFS: the long one's 10 iterations, then the short one's
+    assert simulate(requests, 1.0, engine, "fcfs").tolist() == [1.0, 10.5]
+    # SRPT: at 1 s the short one (1 token left) preempts the long one (9 left)
+    assert simulate(requests, 1.0, engine, "srpt").tolist() == [1.1, 1.5]
+
+
+def test_shortest_remaining_first_beats_fcfs_on_heavy_tails_near_capacity() -> None:
+    workload = synthetic_workload(300, 0, "heavy")
+    engine = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
+    tokens_per_s = 4 / engine.iteration_s(4, 0)
+    rate = 0.95 * tokens_per_s / np.mean([r["output_len"] for r in workload])
+    fcfs, srpt = (simulate(workload, rate, engine, p).mean() for p in ("fcfs", "srpt"))
+    assert srpt < fcfs / 2
+    with pytest.raises(ValueError, match="unknown policy"):
+        simulate(workload, rate, engine, "lifo")
