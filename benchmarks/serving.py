@@ -318,6 +318,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
            workload: list[dict], levels: list[dict], loads: list[float], seed: int) -> BenchResult:
     fcfs = runs["fcfs"]
     coef = np.median([alone_latency(r["alone"]) for r in fcfs], axis=0)
+    engines = simulated_engines(fcfs, coef, workload, args.max_num_seqs)
     table: dict[str, dict[str, Any]] = {}
     for level in levels:
         key, requests = str(level["load"]), workload[: level["requests"]]
@@ -338,7 +339,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
                                      for m in ("mean_norm_latency_s", "p95_norm_latency_s", "mean_e2e_s", "p95_e2e_s")}
                 row[p]["vs_fcfs"]["throughput"] = median_spread([o["tokens_per_s"] / f["tokens_per_s"] for f, o in pairs])
         row["complete"] = all(s["complete"] for p in policies for s in per_run[p])
-        row["simulated"] = simulated_schedules(requests, fcfs, key, coef, workload, args.max_num_seqs)
+        row["simulated"] = simulated_schedules(requests, fcfs, key, engines)
         table[key] = row
     costs = {p: [iteration_costs(r) for r in runs[p]] for p in policies if p != "fcfs"}
     cost_table = {p: {w: {m: median_spread([c[w][m] for c in cs if w in c]) for m in COST_MEASURES}
@@ -381,18 +382,24 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
     return BenchResult(headline, rows, regime, details=details)
 
 
-def simulated_schedules(requests: list[dict], fcfs: list[dict], key: str, coef: np.ndarray, workload: list[dict],
-                        slots: int) -> dict[str, Any]:
+def simulated_engines(fcfs: list[dict], coef: np.ndarray, workload: list[dict], slots: int) -> list[Any]:
+    """Per round, the engine model (:mod:`.serving_ceiling`) fitted to the requests run alone
+    (``coef``) and that round's FCFS saturation probe."""
+    from rlweave.benchmarks.serving_ceiling import fit_engine
+    from rlweave.benchmarks.serving_engine import probe_lengths
+
+    prompt, output = probe_lengths(workload)
+    return [fit_engine(coef, r["probe_tokens_per_s"], prompt, output, slots) for r in fcfs]
+
+
+def simulated_schedules(requests: list[dict], fcfs: list[dict], key: str, engines: list[Any]) -> dict[str, Any]:
     """SIMULATED (:mod:`.serving_ceiling`): mean normalised latency of FCFS (the simulator's
     check against the measured FCFS) and of the SRPT oracle (what any scheduler could reach),
-    per round on that round's rate and FCFS probe, as medians with their spread."""
-    from rlweave.benchmarks.serving_ceiling import fit_engine, simulate
+    per round on that round's rate and engine model, as medians with their spread."""
+    from rlweave.benchmarks.serving_ceiling import simulate
 
-    probe_prompt = round(float(np.mean([r["prompt_len"] for r in workload])))
-    probe_output = round(float(np.mean([r["output_len"] for r in workload])))
     out: dict[str, list[float]] = {"fcfs": [], "srpt_oracle": []}
-    for run_ in fcfs:
-        engine = fit_engine(coef, run_["probe_tokens_per_s"], probe_prompt, probe_output, slots)
+    for run_, engine in zip(fcfs, engines, strict=True):
         rate = run_["levels"][key]["rate_req_s"]
         out["fcfs"].append(float(simulate(requests, rate, engine, "fcfs").mean()))
         out["srpt_oracle"].append(float(simulate(requests, rate, engine, "srpt").mean()))

@@ -74,6 +74,11 @@ def steps_logged() -> int:
     return sum(1 for _ in open(path)) if path and os.path.exists(path) else 0
 
 
+def probe_lengths(workload: list[dict]) -> tuple[int, int]:
+    """Prompt and output tokens of the saturation probe's requests: the workload's mean lengths."""
+    return tuple(round(sum(r[k] for r in workload) / len(workload)) for k in ("prompt_len", "output_len"))
+
+
 async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> None:
     """The saturation probe (capacity) and requests run alone (the lower bound's costs)."""
     import numpy as np
@@ -81,11 +86,11 @@ async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> N
     # Requests of the workload's mean lengths, all at once, so that slots stay full until the
     # end (a heavy-tailed probe would end with its longest requests alone).
     mean_out = float(np.mean([r["output_len"] for r in workload]))
-    mean_prompt = round(float(np.mean([r["prompt_len"] for r in workload])))
+    mean_prompt, probe_out = probe_lengths(workload)
     # Median of three: one probe disturbed by another process, or caught in one of the
     # machine's fast spells, must not set the load levels (the best of three did once: a first
     # probe 1.5x the later engines' made every "0.95" load an overload).
-    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": round(mean_out)}] * 64
+    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": probe_out}] * 64
     rates = []
     for _ in range(3):
         t = time.perf_counter()
