@@ -318,7 +318,8 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
            workload: list[dict], levels: list[dict], loads: list[float], seed: int) -> BenchResult:
     fcfs = runs["fcfs"]
     coef = np.median([alone_latency(r["alone"]) for r in fcfs], axis=0)
-    engines = simulated_engines(fcfs, coef, workload, args.max_num_seqs)
+    engines, speed_factors = simulated_engines(fcfs, coef, workload, args.max_num_seqs,
+                                               max(levels, key=lambda level: level["load"]))
     table: dict[str, dict[str, Any]] = {}
     for level in levels:
         key, requests = str(level["load"]), workload[: level["requests"]]
@@ -345,6 +346,8 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
     cost_table = {p: {w: {m: median_spread([c[w][m] for c in cs if w in c]) for m in COST_MEASURES}
                       for w in map(str, BURSTS) if any(w in c for c in cs)} for p, cs in costs.items()}
     headline = headline_figures(policies, table, cost_table, loads, args)
+    matched = [f for f in speed_factors if f is not None]
+    headline["engine_speed_factor_simulated"] = round(float(np.median(matched)), 3) if matched else None
     rows = table_rows(policies, table, cost_table)
     source = f"trace {args.trace}" if args.trace else f"synthetic {args.workload}, seed {seed}"
     f0 = fcfs[0]
@@ -373,36 +376,56 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
                + "; ".join(f"{p} " + ", ".join(f"{max(loads) * f / c:.2f}"
                                                 for f, c in zip(calibration[policies[0]], cs))
                            for p, cs in calibration.items()) + ".")
+    factors = ", ".join("none in 0.5-2x (left as fitted: no ceiling)" if f is None else f"{f:.3f}"
+                        for f in speed_factors)
+    regime += (f" SIMULATED ceiling: the engine model's speed matched to the measured FCFS at the "
+               f"highest load, factor per round {factors}.")
     details = {"levels": table, "iteration_costs": cost_table,
                "capacity_req_s": [r["capacity_req_s"] for r in fcfs],
                "calibration_tokens_per_s": calibration,
-               "alone_fit_fixed_prompt_output_s": coef.tolist(), "num_kv_blocks": f0["num_kv_blocks"],
+               "alone_fit_fixed_prompt_output_s": coef.tolist(),
+               "simulated_engine_speed_factors": speed_factors, "num_kv_blocks": f0["num_kv_blocks"],
                "max_num_seqs": args.max_num_seqs, "policies": policies, "workload": args.workload,
                "repeats": args.repeats}
     return BenchResult(headline, rows, regime, details=details)
 
 
-def simulated_engines(fcfs: list[dict], coef: np.ndarray, workload: list[dict], slots: int) -> list[Any]:
+def simulated_engines(fcfs: list[dict], coef: np.ndarray, workload: list[dict], slots: int,
+                      top: dict) -> tuple[list[Any], list[float | None]]:
     """Per round, the engine model (:mod:`.serving_ceiling`) fitted to the requests run alone
-    (``coef``) and that round's FCFS saturation probe."""
-    from rlweave.benchmarks.serving_ceiling import fit_engine
+    (``coef``) and that round's FCFS saturation probe, then slowed (or sped up) until its FCFS
+    matches the round's measured FCFS at the highest load ``top``; and those factors (``None``:
+    no speed matched, the round's model is left as fitted)."""
+    from rlweave.benchmarks.serving_ceiling import calibrate_speed, fit_engine
     from rlweave.benchmarks.serving_engine import probe_lengths
 
     prompt, output = probe_lengths(workload)
-    return [fit_engine(coef, r["probe_tokens_per_s"], prompt, output, slots) for r in fcfs]
+    key, requests = str(top["load"]), workload[: top["requests"]]
+    engines, factors = [], []
+    for r in fcfs:
+        engine = fit_engine(coef, r["probe_tokens_per_s"], prompt, output, slots)
+        level = r["levels"][key]
+        measured = level_stats(requests, level["results"], r["finished"], level["name"])["mean_norm_latency_s"]
+        factors.append(calibrate_speed(requests, level["rate_req_s"], engine, measured))
+        engines.append(engine if factors[-1] is None else engine.scaled(factors[-1]))
+    return engines, factors
 
 
 def simulated_schedules(requests: list[dict], fcfs: list[dict], key: str, engines: list[Any]) -> dict[str, Any]:
-    """SIMULATED (:mod:`.serving_ceiling`): mean normalised latency of FCFS (the simulator's
-    check against the measured FCFS) and of the SRPT oracle (what any scheduler could reach),
-    per round on that round's rate and engine model, as medians with their spread."""
+    """SIMULATED (:mod:`.serving_ceiling`), per round on that round's rate and calibrated engine
+    model, as medians with their spread: mean normalised latency of FCFS (the simulator's check
+    against the measured FCFS, exact at the load it was calibrated on) and of the SRPT oracle
+    (what any scheduler could reach), and the oracle's throughput over FCFS's (what serving the
+    shortest first costs a finite run: its long requests are left to the end)."""
     from rlweave.benchmarks.serving_ceiling import simulate
 
-    out: dict[str, list[float]] = {"fcfs": [], "srpt_oracle": []}
+    out: dict[str, list[float]] = {"fcfs": [], "srpt_oracle": [], "srpt_oracle_throughput_ratio": []}
     for run_, engine in zip(fcfs, engines, strict=True):
         rate = run_["levels"][key]["rate_req_s"]
-        out["fcfs"].append(float(simulate(requests, rate, engine, "fcfs").mean()))
-        out["srpt_oracle"].append(float(simulate(requests, rate, engine, "srpt").mean()))
+        first, best = (simulate(requests, rate, engine, p) for p in ("fcfs", "srpt"))
+        out["fcfs"].append(float(first.norm_latency.mean()))
+        out["srpt_oracle"].append(float(best.norm_latency.mean()))
+        out["srpt_oracle_throughput_ratio"].append(best.tokens_per_s / first.tokens_per_s)
     return {k: median_spread(v) for k, v in out.items()}
 
 
@@ -427,9 +450,9 @@ def headline_figures(policies: list[str], table: dict, costs: dict, loads: list[
         "throughput_ratio_spread": [round(vs["throughput"]["min"], 3), round(vs["throughput"]["max"], 3)],
         "mean_vs_lower_bound": round(top[ours]["mean_norm_latency_s"]["median"] / lb, 3),
         "fcfs_mean_vs_lower_bound": round(top["fcfs"]["mean_norm_latency_s"]["median"] / lb, 3),
-        # SIMULATED: what any scheduler could reach (true lengths), and the simulator's FCFS
+        # SIMULATED: what any scheduler could reach (true lengths, free preemption)
         "srpt_oracle_vs_lower_bound_simulated": round(top["simulated"]["srpt_oracle"]["median"] / lb, 3),
-        "fcfs_vs_lower_bound_simulated": round(top["simulated"]["fcfs"]["median"] / lb, 3),
+        "srpt_oracle_throughput_ratio_simulated": round(top["simulated"]["srpt_oracle_throughput_ratio"]["median"], 3),
         "preemptions_per_request": round(top[ours]["preemptions_per_request"]["median"], 3),
         "recomputed_tokens_per_preempted": round(top[ours]["recomputed_tokens_per_preempted"]["median"], 1),
         "uncontended_mean_norm_latency_ratio": (round(low[ours]["vs_fcfs"]["mean_norm_latency_s"]["median"], 3)
@@ -461,9 +484,10 @@ def table_rows(policies: list[str], table: dict, costs: dict) -> list[list[str]]
                      *(f"{fmt(row[p]['vs_fcfs'][ratio], 1.0, 2)}x" for p in policies if p != "fcfs")]
             rows.append(cells)
         sim = row["simulated"]
-        rows.append([f"{key}: mean norm latency SIMULATED, FCFS / SRPT oracle (ms/tok)",
+        rows.append([f"{key}: SIMULATED mean norm latency, FCFS / SRPT oracle (ms/tok); oracle tokens/s vs FCFS",
                      f"{fmt(sim['fcfs'], ms)} / {fmt(sim['srpt_oracle'], ms)}",
-                     *("" for p in policies[1:]), "-", *("" for p in policies if p != "fcfs")])
+                     *("" for p in policies[1:]), "-",
+                     *(f"{fmt(sim['srpt_oracle_throughput_ratio'], 1.0, 2)}x" for p in policies if p != "fcfs")])
         rows.append([f"{key}: preemptions per request / tokens re-prefilled per preempted",
                      *("-" if p == "fcfs" else f"{fmt(row[p]['preemptions_per_request'], 1.0, 2)} / "
                        f"{fmt(row[p]['recomputed_tokens_per_preempted'], 1.0, 0)}" for p in policies),

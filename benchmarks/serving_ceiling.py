@@ -18,12 +18,18 @@ The engine model: an iteration decoding ``b`` sequences takes ``base + per_seq *
 ``prefill`` per prompt token of each request that starts in it. ``base + per_seq`` is the
 per-output-token cost of a request alone and ``prefill`` its per-prompt-token cost (the bench's
 fit to requests run alone); the iteration at full batch comes from the saturation probe.
+
+Near capacity, queueing magnifies every per cent of the engine's speed: a model a few per cent
+faster than the engine under the real mix of lengths puts FCFS at a fraction of its measured
+latency. :func:`calibrate_speed` therefore scales the model until its FCFS matches the measured
+FCFS at one load (the highest); the factor is the model's error in speed, and FCFS at the other
+loads stays the simulator's check.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -41,6 +47,20 @@ class EngineModel:
     def iteration_s(self, decoding: int, prompt_tokens: int) -> float:
         return self.base + self.per_seq * decoding + self.prefill * prompt_tokens
 
+    def scaled(self, factor: float) -> EngineModel:
+        """The same engine ``factor`` times slower."""
+        return replace(self, base=self.base * factor, per_seq=self.per_seq * factor,
+                       prefill=self.prefill * factor)
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    """Per request its latency over its output tokens (seconds per token), and the run's output
+    tokens over its last finish, as the bench measures throughput."""
+
+    norm_latency: np.ndarray
+    tokens_per_s: float
+
 
 def fit_engine(alone_fit: Sequence[float], probe_tokens_per_s: float, probe_prompt: int, probe_output: int,
                slots: int) -> EngineModel:
@@ -55,10 +75,9 @@ def fit_engine(alone_fit: Sequence[float], probe_tokens_per_s: float, probe_prom
     return EngineModel(base=alone - per_seq, per_seq=per_seq, prefill=prefill, slots=slots)
 
 
-def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, policy: str) -> np.ndarray:
-    """Each request's latency over its output tokens (seconds per token), ``requests`` served
-    at ``rate_req_s`` (their ``arrival_s`` are at unit rate, as the bench's) under ``policy``:
-    ``fcfs`` or ``srpt``."""
+def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, policy: str) -> SimulatedRun:
+    """``requests`` served at ``rate_req_s`` (their ``arrival_s`` are at unit rate, as the
+    bench's) under ``policy``: ``fcfs`` or ``srpt``."""
     if policy not in ("fcfs", "srpt"):
         raise ValueError(f"unknown policy {policy!r}: fcfs or srpt")
     arrival = np.array([r["arrival_s"] for r in requests]) / rate_req_s
@@ -89,4 +108,22 @@ def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, p
         for i in [i for i in running if left[i] == 0]:
             finish[i] = now
             running.remove(i)
-    return (finish - arrival) / output
+    return SimulatedRun((finish - arrival) / output, float(output.sum() / finish.max()))
+
+
+def calibrate_speed(requests: Sequence[dict], rate_req_s: float, engine: EngineModel,
+                    measured_fcfs_s: float, bounds: tuple[float, float] = (0.5, 2.0)) -> float | None:
+    """The factor by which ``engine`` must be slowed (< 1: sped up) for its simulated FCFS mean
+    normalised latency to match ``measured_fcfs_s`` on ``requests`` at ``rate_req_s``, or
+    ``None`` where no factor within ``bounds`` does (the model is wrong by more than a speed).
+    The mean grows with the factor, so a bisection finds it."""
+    def fcfs_mean(factor: float) -> float:
+        return float(simulate(requests, rate_req_s, engine.scaled(factor), "fcfs").norm_latency.mean())
+
+    low, high = bounds
+    if not fcfs_mean(low) <= measured_fcfs_s <= fcfs_mean(high):
+        return None
+    while high / low > 1.001:
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if fcfs_mean(mid) < measured_fcfs_s else (low, mid)
+    return (low * high) ** 0.5

@@ -51,7 +51,7 @@ def fake_run(scale: float, workload: list[dict], levels: list[dict], preempt: bo
         key = str(level["load"])
         results = [{"latency_s": scale * 0.003 * r["output_len"], "ttft_s": 0.01, "tokens": r["output_len"],
                     "finish_s": 10.0 * scale} for r in workload[: level["requests"]]]
-        out["levels"][key] = {"rate_req_s": 30.0 * level["load"], "results": results, "name": f"load{key}"}
+        out["levels"][key] = {"rate_req_s": 6.0 * level["load"], "results": results, "name": f"load{key}"}
         if preempt:
             out["finished"] += [{"request_id": f"load{key}-{i}", "num_preemptions": 1, "num_recomputed_tokens": 0}
                                 for i in range(level["requests"])]
@@ -80,17 +80,25 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
     assert h["all_requests_complete"] and len(result.rows[0]) == len(result.rows[-1])
     assert result.details["calibration_tokens_per_s"] == {"fcfs": [300, 273], "rlweave": [600, 600]}
     # SIMULATED beside the measurements: each round's requests on the engine fitted to its FCFS
-    # run (alone: 0.1 ms per prompt token, 2 ms per output token; its probe), medians over rounds
-    from rlweave.benchmarks.serving_ceiling import fit_engine, simulate
+    # run (alone: 0.1 ms per prompt token, 2 ms per output token; its probe), its speed matched
+    # to the round's measured FCFS at the highest load; medians over rounds
+    from rlweave.benchmarks.serving_ceiling import calibrate_speed, fit_engine, simulate
 
     prompt, output = (round(float(np.mean([r[k] for r in workload]))) for k in ("prompt_len", "output_len"))
-    top = result.details["levels"]["0.95"]
-    for policy in ("fcfs", "srpt"):
-        means = [simulate(workload, 30.0 * 0.95, fit_engine([0.0, 1e-4, 2e-3], probe, prompt, output, 4),
-                          policy).mean() for probe in (300.0, 600.0 / 2.2)]
-        key = "fcfs" if policy == "fcfs" else "srpt_oracle"
-        assert top["simulated"][key]["median"] == pytest.approx(np.median(means), rel=1e-6)
-    assert h["srpt_oracle_vs_lower_bound_simulated"] < h["fcfs_vs_lower_bound_simulated"]
+    top, rate = result.details["levels"]["0.95"], 6.0 * 0.95
+    engines = [fit_engine([0.0, 1e-4, 2e-3], probe, prompt, output, 4) for probe in (300.0, 600.0 / 2.2)]
+    factors = [calibrate_speed(workload, rate, e, 0.003 * s) for e, s in zip(engines, (2.0, 2.2))]
+    assert result.details["simulated_engine_speed_factors"] == pytest.approx(factors)
+    assert h["engine_speed_factor_simulated"] == pytest.approx(np.median(factors), abs=1e-3)
+    assert top["simulated"]["fcfs"]["median"] == pytest.approx(top["fcfs"]["mean_norm_latency_s"]["median"], rel=2e-3)
+    runs_ = [[simulate(workload, rate, e.scaled(f), p) for p in ("fcfs", "srpt")] for e, f in zip(engines, factors)]
+    assert top["simulated"]["srpt_oracle"]["median"] == pytest.approx(
+        np.median([s.norm_latency.mean() for _, s in runs_]), rel=1e-6)
+    assert h["srpt_oracle_throughput_ratio_simulated"] == pytest.approx(
+        np.median([s.tokens_per_s / f.tokens_per_s for f, s in runs_]), abs=1e-3)
+    assert h["srpt_oracle_vs_lower_bound_simulated"] * top["lower_bound"]["mean_norm_latency_s"] <= (
+        top["fcfs"]["mean_norm_latency_s"]["median"])
+    assert "factor per round 1.1" in result.regime
     assert any("SIMULATED" in row[0] for row in result.rows)
 
 

@@ -1,4 +1,5 @@
-"""``bench serving``'s SIMULATED ceiling: the engine model's fit and the two schedules."""
+"""``bench serving``'s SIMULATED ceiling: the engine model's fit, its speed matched to a
+measured FCFS, and the two schedules."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlweave.benchmarks.serving import synthetic_workload
-from rlweave.benchmarks.serving_ceiling import EngineModel, fit_engine, simulate
+from rlweave.benchmarks.serving_ceiling import EngineModel, calibrate_speed, fit_engine, simulate
 
 
 def test_the_engine_model_is_fitted_from_requests_alone_and_the_saturation_probe() -> None:
@@ -25,9 +26,10 @@ def test_one_slot_serves_in_arrival_order_and_srpt_runs_the_shortest_first() -> 
     requests = [{"arrival_s": 0.0, "prompt_len": 1, "output_len": 10},
                 {"arrival_s": 0.5, "prompt_len": 1, "output_len": 1}]
     # FCFS: the long one's 10 iterations, then the short one's
-    assert simulate(requests, 1.0, engine, "fcfs").tolist() == [1.0, 10.5]
+    fcfs = simulate(requests, 1.0, engine, "fcfs")
+    assert fcfs.norm_latency.tolist() == [1.0, 10.5] and fcfs.tokens_per_s == 1.0  # 11 tokens by 11 s
     # SRPT: at 1 s the short one (1 token left) preempts the long one (9 left)
-    assert simulate(requests, 1.0, engine, "srpt").tolist() == [1.1, 1.5]
+    assert simulate(requests, 1.0, engine, "srpt").norm_latency.tolist() == [1.1, 1.5]
 
 
 def test_shortest_remaining_first_beats_fcfs_on_heavy_tails_near_capacity() -> None:
@@ -35,7 +37,19 @@ def test_shortest_remaining_first_beats_fcfs_on_heavy_tails_near_capacity() -> N
     engine = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
     tokens_per_s = 4 / engine.iteration_s(4, 0)
     rate = 0.95 * tokens_per_s / np.mean([r["output_len"] for r in workload])
-    fcfs, srpt = (simulate(workload, rate, engine, p).mean() for p in ("fcfs", "srpt"))
+    fcfs, srpt = (simulate(workload, rate, engine, p).norm_latency.mean() for p in ("fcfs", "srpt"))
     assert srpt < fcfs / 2
     with pytest.raises(ValueError, match="unknown policy"):
         simulate(workload, rate, engine, "lifo")
+
+
+def test_the_model_is_slowed_until_its_fcfs_matches_the_measured_one() -> None:
+    workload = synthetic_workload(200, 1, "heavy")
+    engine = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
+    rate = 0.9 * 4 / engine.iteration_s(4, 0) / np.mean([r["output_len"] for r in workload])
+    # an engine 4% slower than the model, near capacity: FCFS several times the model's
+    measured = simulate(workload, rate, engine.scaled(1.04), "fcfs").norm_latency.mean()
+    assert measured > 1.5 * simulate(workload, rate, engine, "fcfs").norm_latency.mean()
+    assert calibrate_speed(workload, rate, engine, measured) == pytest.approx(1.04, rel=2e-3)
+    # no speed within the bounds explains a latency below the no-queueing one
+    assert calibrate_speed(workload, rate, engine, 1e-4) is None
