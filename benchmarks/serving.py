@@ -531,6 +531,9 @@ def plot(result: BenchResult, path: Path) -> Path:
         ax.set_ylabel("ms per output token")
         ax.set_yscale("log")
         ax.set_title(title)
+    if all("simulated" in row for row in levels.values()):
+        axes[0].plot(loads, [row["simulated"]["srpt_oracle"]["median"] * 1e3 for row in levels.values()],
+                     ":", color="grey", label="SRPT oracle (SIMULATED)")
     axes[0].legend(fontsize=8)
     costs = result.details["iteration_costs"]
     for p, per in costs.items():
