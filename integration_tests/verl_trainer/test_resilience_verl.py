@@ -3,7 +3,7 @@ recovered, and the run's samples and metrics those of a run without faults.
 
 Two verl runs (about five minutes of CI). The first trains four steps with two trainer ranks
 (so two rollout replicas) and four faults: the straggler (rank 1 three times slower from step
-2), at step 3 a rollout engine killed mid-generation and then trainer rank 1 SIGKILLed
+1), at step 3 a rollout engine killed mid-generation and then trainer rank 1 SIGKILLed
 mid-update, at step 4 rank 0 SIGSTOPped mid-update (a hang). It persists checkpoints at steps 2
 and 4. The newest is then corrupted, and the second run resumes: it must skip it for step 2's,
 train steps 3 and 4 again without a fault, and produce the first run's metrics for them (the
@@ -27,7 +27,10 @@ DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
                  "actor_rollout_ref.actor.fsdp_config.full_determinism=True",
                  "algorithm.adv_estimator=reinforce_plus_plus")
 # The rollout engine dies as soon as its replica has a request in flight (its server says so).
-FAULTS = ("slow:trainer:1@2x3;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
+# A rank is scored once it has three timings of a section: slowed from step 1, rank 1 has them
+# for update_weights (start, steps 1 and 2) at step 2's end, long before step 3 replaces it. From
+# step 2 it had them only when step 3's timings came, racing the kill that ends step 3's evidence.
+FAULTS = ("slow:trainer:1@1x3;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
           "stop:trainer:0@4.update_actor")
 RESILIENCE = ("+rlweave.resilience.enable=true",)
 COMPARED = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm",
