@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
+from rlweave.benchmarks.serving_ceiling import SPEED_BOUNDS
 
 MAX_MODEL_LEN = 512  # the engine's max_model_len
 # policy -> environment of its engine (beyond the observer), and its label in tables.
@@ -376,7 +377,8 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
                + "; ".join(f"{p} " + ", ".join(f"{max(loads) * f / c:.2f}"
                                                 for f, c in zip(calibration[policies[0]], cs))
                            for p, cs in calibration.items()) + ".")
-    factors = ", ".join("none in 0.5-2x (left as fitted: no ceiling)" if f is None else f"{f:.3f}"
+    low, high = SPEED_BOUNDS
+    factors = ", ".join(f"none in {low:g}-{high:g}x (left as fitted: no ceiling)" if f is None else f"{f:.3f}"
                         for f in speed_factors)
     regime += (f" SIMULATED ceiling: the engine model's speed matched to the measured FCFS at the "
                f"highest load, factor per round {factors}.")

@@ -111,8 +111,11 @@ def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, p
     return SimulatedRun((finish - arrival) / output, float(output.sum() / finish.max()))
 
 
+SPEED_BOUNDS = (0.5, 2.0)  # beyond these the engine model is wrong by more than a speed
+
+
 def calibrate_speed(requests: Sequence[dict], rate_req_s: float, engine: EngineModel,
-                    measured_fcfs_s: float, bounds: tuple[float, float] = (0.5, 2.0)) -> float | None:
+                    measured_fcfs_s: float, bounds: tuple[float, float] = SPEED_BOUNDS) -> float | None:
     """The factor by which ``engine`` must be slowed (< 1: sped up) for its simulated FCFS mean
     normalised latency to match ``measured_fcfs_s`` on ``requests`` at ``rate_req_s``, or
     ``None`` where no factor within ``bounds`` does (the model is wrong by more than a speed).
