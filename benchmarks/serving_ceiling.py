@@ -115,15 +115,15 @@ SPEED_BOUNDS = (0.5, 2.0)  # beyond these the engine model is wrong by more than
 
 
 def calibrate_speed(requests: Sequence[dict], rate_req_s: float, engine: EngineModel,
-                    measured_fcfs_s: float, bounds: tuple[float, float] = SPEED_BOUNDS) -> float | None:
+                    measured_fcfs_s: float) -> float | None:
     """The factor by which ``engine`` must be slowed (< 1: sped up) for its simulated FCFS mean
     normalised latency to match ``measured_fcfs_s`` on ``requests`` at ``rate_req_s``, or
-    ``None`` where no factor within ``bounds`` does (the model is wrong by more than a speed).
+    ``None`` where no factor within ``SPEED_BOUNDS`` does (the model is wrong by more than a speed).
     The mean grows with the factor, so a bisection finds it."""
     def fcfs_mean(factor: float) -> float:
         return float(simulate(requests, rate_req_s, engine.scaled(factor), "fcfs").norm_latency.mean())
 
-    low, high = bounds
+    low, high = SPEED_BOUNDS
     if not fcfs_mean(low) <= measured_fcfs_s <= fcfs_mean(high):
         return None
     while high / low > 1.001:
