@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     if result.details.get("profile"):  # for `rlweave plan stream --profile`
         (out / "stream-profile.json").write_text(json.dumps(result.details["profile"], indent=1))
     result.events = timelines
+    (out / "stream-spans.json").write_text(json.dumps(timelines))  # the timelines' data, for a closer look
     return result
 
 

@@ -144,6 +144,14 @@ PATCHES: tuple[Patch, ...] = (
         why="verl 0.9 passes wait_for_inflight_requests, which vLLM 0.32 removed",
         groups=(VERL_CPU,),
     ),
+    Patch(
+        name="vllm_cpu_idle_spin",
+        framework="vllm",
+        versions=SpecifierSet(">=0.32.0,<0.33"),
+        target="vllm.distributed.device_communicators.shm_broadcast.SpinCondition.__init__",
+        why="vLLM's workers spin for 1 s after each engine step, which on CPU takes the cores the trainer needs",
+        groups=(VERL_CPU,),
+    ),
 )
 
 

@@ -62,3 +62,26 @@ def test_disabled_means_vllm_scheduler_is_untouched():
     assert not get_host().active
     assert SchedulerConfig.get_scheduler_cls is original
     assert rlweave_scheduler_for(AsyncScheduler) is AsyncScheduler
+
+
+def test_cpu_idle_spin_patch_shortens_the_readers_busy_loop_and_reverts(tmp_path):
+    """On verl's CPU platform an idle engine's workers must stop spinning within a fiftieth of a
+    second (patch ``vllm_cpu_idle_spin``); the writer side and a reverted patch are vLLM's own."""
+    import zmq
+    from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
+
+    from rlweave.patches.vllm_cpu_idle_spin import IDLE_SPIN_S, apply
+
+    address = f"ipc://{tmp_path / 'notify'}"
+    context = zmq.Context()
+    try:
+        writer = SpinCondition(is_reader=False, context=context, notify_address=address)
+        revert = apply()
+        try:
+            assert SpinCondition(is_reader=True, context=context, notify_address=address).busy_loop_s == IDLE_SPIN_S
+        finally:
+            revert()
+        assert SpinCondition(is_reader=True, context=context, notify_address=address).busy_loop_s == 1
+        assert writer.busy_loop_s == 0
+    finally:
+        context.destroy(linger=0)
