@@ -92,6 +92,25 @@ def test_decay_follows_lengths_that_drift() -> None:
     assert rankers[0.9].dispatch_order([short, long]) == ["b", "a"]
 
 
+@pytest.mark.parametrize("decay", [1.0, 0.9, 0.05])
+def test_sparse_discounted_update_matches_the_dense_statistics(decay: float) -> None:
+    """The observation's sparse update with a running discount scale fits the same weights as
+    the definition, A = sum decay^(n-i) x_i x_i^T and b likewise (decay 0.05 folds the scale in
+    before it underflows)."""
+    rng = np.random.default_rng(3)
+    prompts, lengths = synthetic_prompts(rng, 120)
+    ranker = LengthRanker(decay=decay, min_samples=1)
+    train(ranker, prompts, lengths)
+    a, b = np.zeros((ranker.dim, ranker.dim)), np.zeros(ranker.dim)
+    for p, group in zip(prompts, lengths):
+        x = ranker.featurize(p)
+        for n in group:
+            a, b = decay * a + np.outer(x, x), decay * b + x * np.log1p(n)
+    expected = np.linalg.solve(a + ranker.l2 * np.eye(ranker.dim), b)
+    np.testing.assert_allclose(ranker.predict(prompts), [ranker.featurize(p) @ expected for p in prompts],
+                               rtol=1e-6, atol=1e-9)
+
+
 def test_dispatch_order_waits_for_min_samples_and_counts_unknown_groups() -> None:
     ranker = LengthRanker(min_samples=3)
     prompts = [PromptInfo(f"p{i}", 10 * (i + 1), f"g{i}") for i in range(3)]
