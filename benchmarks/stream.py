@@ -410,8 +410,10 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
                       sum(run["stage_s"][st] for st in TRAIN_STAGES))
         deferred = 0.0 if streamed_updates else sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
         training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
-        return (HardwarePool("cpu", devices=2, generation=generation, training=training), train_s,
-                run["stage_s"]["update_weights"])
+        # Every process shares the two cores: the run's CPU per sample bounds a step from below.
+        cpu_s = sum(run["cpu"]["cpu_s_per_step"].values()) / setup.samples if run.get("cpu") else 0.0
+        return (HardwarePool("cpu", devices=2, generation=generation, training=training, cpu_s_per_sample=cpu_s),
+                train_s, run["stage_s"]["update_weights"])
 
     # The framework's latencies around generation, as verl's loop has them with rlweave's poll.
     latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
@@ -496,7 +498,7 @@ def plan_profile(profiles: dict[str, tuple[Any, float, tuple[float, float]]], ta
     pool, sync_s, (dispatch_s, delivery_s) = profiles[label]
     return {"measured_by": f"rlweave bench stream, run '{label}' (one engine core, one trainer core)",
             "pools": [{"name": pool.name, "devices": pool.devices, "generation": dataclasses.asdict(pool.generation),
-                       "training": dataclasses.asdict(pool.training)}],
+                       "training": dataclasses.asdict(pool.training), "cpu_s_per_sample": pool.cpu_s_per_sample}],
             "weight_sync_s": sync_s, "dispatch_s": dispatch_s, "delivery_s": delivery_s,
             "lengths": [int(round(float(np.mean(row)))) for row in table]}
 

@@ -182,6 +182,28 @@ def test_on_policy_defers_the_optimizer_steps_and_prepares_dynamic_batches() -> 
         TrainingProfile(1.0, deferred_share=1.5)
 
 
+def test_a_pool_of_shared_cores_bounds_the_step_by_its_cpu_work() -> None:
+    """Async and trainer-bound, the simulation gives the trainer its core to itself (2.25 s a
+    step); the host side's CPU on the same two cores (1.5 CPU-s per sample, 6 per step) makes
+    the step at least 3 s. The instances' busy time stays, so their idle grows with the step."""
+    lengths = np.array([[1.0], [2], [3], [4]])
+    work = Workload(lengths, minibatch_groups=1, weight_sync_s=0.25)
+    engine = constant_rate(cap=8, per_sequence=1000.0)
+    alone = predict([HardwarePool("p", 2, engine, TrainingProfile(0.5))], work, PlanMode.ASYNC, {"p": 1}, {"p": 1})
+    shared = predict([HardwarePool("p", 2, engine, TrainingProfile(0.5), cpu_s_per_sample=1.5)], work,
+                     PlanMode.ASYNC, {"p": 1}, {"p": 1})
+    assert alone.step_s == pytest.approx(2.25) and shared.step_s == pytest.approx(3.0)
+    assert 1 - shared.training_idle == pytest.approx((1 - alone.training_idle) * 2.25 / 3.0)
+    # Below the simulated step the floor changes nothing; across two pools it does not apply.
+    cheap = predict([HardwarePool("p", 2, engine, TrainingProfile(0.5), cpu_s_per_sample=0.5)], work,
+                    PlanMode.ASYNC, {"p": 1}, {"p": 1})
+    assert cheap == alone
+    two = [HardwarePool("g", 1, engine, None, cpu_s_per_sample=1.5), HardwarePool("t", 1, None, TrainingProfile(0.5))]
+    assert predict(two, work, PlanMode.ASYNC, {"g": 1}, {"t": 1}).step_s == pytest.approx(2.25)
+    with pytest.raises(ValueError, match="cpu_s_per_sample must be >= 0"):
+        HardwarePool("p", 2, cpu_s_per_sample=-1.0)
+
+
 def test_async_is_as_fast_as_its_slower_stage() -> None:
     """Steady async steps. Trainer-bound (an engine 1000x faster): the trainer never waits, so a
     step is its training plus the weight push, and the engine idles. Generation-bound (one
@@ -239,6 +261,11 @@ def test_plan_stream_command_prints_the_best_split(tmp_path, capsys) -> None:
     assert out["step_s"] > 0 and 0 <= out["generation_idle"] <= 1
     assert main(["plan", "stream", "--profile", profile_file(tmp_path), "--devices", "16", "--mode", "on_policy"]) == 0
     assert "StreamRL plan (on_policy)" in capsys.readouterr().out
+    shared = profile_file(tmp_path, pools=[{"name": "cpu", "devices": 2, "cpu_s_per_sample": 10.0,
+                                            "generation": {"batch_sizes": [1, 8], "tokens_per_s": [100.0, 400.0]},
+                                            "training": {"seconds_per_sample": 0.05}}])
+    assert main(["plan", "stream", "--profile", shared, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_s"] == pytest.approx(8 * 4 * 10.0 / 2)  # the CPU floor
 
 
 @pytest.mark.parametrize(("changes", "args", "message"), [
@@ -249,6 +276,8 @@ def test_plan_stream_command_prints_the_best_split(tmp_path, capsys) -> None:
     ({"pools": [{"name": "gpu", "devices": 1, "generation": {"batch_sizes": [1], "tokens_per_s": [1.0]},
                  "training": {"seconds_per_sample": 1.0}}]}, [], "cannot hold a generation instance and a training"),
     ({}, ["--lengths", "BAD"], "BAD:2: expected a JSON object with an integer output_len"),
+    ({"pools": [{"name": "cpu", "devices": 2, "cpu_s_per_sample": "x"}]}, [],
+     "pools\\[0\\].cpu_s_per_sample must be a number >= 0"),
 ])
 def test_plan_stream_command_names_what_is_wrong(tmp_path, capsys, changes, args, message) -> None:
     from rlweave.cli import main

@@ -10,11 +10,14 @@ Profile file (JSON)::
 
     {"pools": [{"name": "h20", "devices": 16,
                 "generation": {"batch_sizes": [1, 8], "tokens_per_s": [500, 3000], "devices": 1},
-                "training": {"seconds_per_sample": 0.02, "devices": 1, "deferred_share": 0.0}}],
+                "training": {"seconds_per_sample": 0.02, "devices": 1, "deferred_share": 0.0},
+                "cpu_s_per_sample": 0.0}],
      "weight_sync_s": 0.1, "dispatch_s": 0.05, "delivery_s": 0.02,
      "lengths": [61, 12, 230, ...]}
 
-A pool without a ``generation`` or ``training`` entry cannot run that stage. ``lengths``
+A pool without a ``generation`` or ``training`` entry cannot run that stage. ``cpu_s_per_sample``
+(optional, 0 by default) is for a pool whose devices are cores the host side shares, as on the
+CPU rig: the CPU seconds of every process per sample, which bound a step from below. ``lengths``
 (output tokens per prompt) is the default workload; ``--lengths FILE`` (JSONL with
 ``output_len`` per line, as ``bench stream`` takes) replaces it.
 """
@@ -73,9 +76,14 @@ def load_pools(data: dict[str, Any], source: str, devices: int | None = None) ->
         where = f"{source}: pools[{i}]"
         if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not isinstance(p.get("devices"), int):
             raise PlanError(f"{where} needs a string \"name\" and an integer \"devices\"")
+        cpu_s = p.get("cpu_s_per_sample", 0.0)
+        if not isinstance(cpu_s, int | float) or cpu_s < 0:
+            raise PlanError(f"{where}.cpu_s_per_sample must be a number >= 0 (CPU seconds per sample where the "
+                            f"host side shares the pool's cores; 0 or absent elsewhere), got {cpu_s!r}")
         out.append(HardwarePool(p["name"], devices if devices and i == 0 else p["devices"],
                                 _profile(p.get("generation"), GenerationProfile, f"{where}.generation"),
-                                _profile(p.get("training"), TrainingProfile, f"{where}.training")))
+                                _profile(p.get("training"), TrainingProfile, f"{where}.training"),
+                                float(cpu_s)))
     return out
 
 

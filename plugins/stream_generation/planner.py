@@ -36,6 +36,13 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   until the push has loaded (``dispatch_s`` after it), when the next batch joins the queue.
   The engines serve the queue in the order of submission, oldest batch first (vLLM's FCFS).
   Step time and both stages' idle are those of the simulated steady steps.
+- **Shared cores**: where a pool's devices are CPU cores that the framework's host side (its
+  driver, agent loops, data plane) shares with the engines and trainers, as on a CPU-only
+  machine, the pool gives ``cpu_s_per_sample``, the CPU seconds of every process per sample. A
+  step that runs on that pool alone is at least ``samples * cpu_s_per_sample / devices``: the
+  simulation above gives each instance its device to itself, and when the trainer's core is
+  saturated (async) the host side's share of it is what the simulation misses. On accelerators
+  the host has cores of its own and the field stays 0.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -110,12 +117,19 @@ class TrainingProfile:
 
 @dataclass(frozen=True)
 class HardwarePool:
-    """Devices of one kind; a profile is ``None`` where that stage cannot run on the pool."""
+    """Devices of one kind; a profile is ``None`` where that stage cannot run on the pool.
+    ``cpu_s_per_sample``: where the devices are cores shared with the host side, the CPU
+    seconds per sample of every process (see the module docstring); 0 elsewhere."""
 
     name: str
     devices: int
     generation: GenerationProfile | None = None
     training: TrainingProfile | None = None
+    cpu_s_per_sample: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cpu_s_per_sample < 0:
+            raise ValueError(f"HardwarePool {self.name!r}: cpu_s_per_sample must be >= 0, got {self.cpu_s_per_sample}")
 
 
 @dataclass(frozen=True)
@@ -392,8 +406,20 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
+    floor = _shared_core_floor([by_name[name] for name, used in devices.items() if any(used)], workload.samples)
+    if floor > step:  # the instances' busy time stays; their idle shrinks with the step
+        idle = tuple(1 - (1 - i) * step / floor for i in idle)
+        step = floor
     return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
                 workload.samples / step, *idle)
+
+
+def _shared_core_floor(used: list[HardwarePool], samples: int) -> float:
+    """The shortest step the CPU work allows where a plan runs on one pool of shared cores
+    (0 otherwise: across pools the host side's placement is unknown)."""
+    if len(used) != 1 or not used[0].cpu_s_per_sample:
+        return 0.0
+    return samples * used[0].cpu_s_per_sample / used[0].devices
 
 
 def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:
