@@ -410,8 +410,10 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
                       sum(run["stage_s"][st] for st in TRAIN_STAGES))
         deferred = 0.0 if streamed_updates else sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
         training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
-        # Every process shares the two cores: the run's CPU per sample bounds a step from below.
-        cpu_s = sum(run["cpu"]["cpu_s_per_step"].values()) / setup.samples if run.get("cpu") else 0.0
+        # Every process shares the two cores: the trainer's and the host side's CPU per sample
+        # (the engine's busy time the planner simulates) bound a step from below.
+        cpu_s = ((run["cpu"]["cpu_s_per_step"]["trainer"] + run["cpu"]["cpu_s_per_step"]["host"]) / setup.samples
+                 if run.get("cpu") else 0.0)
         return (HardwarePool("cpu", devices=2, generation=generation, training=training, cpu_s_per_sample=cpu_s),
                 train_s, run["stage_s"]["update_weights"])
 

@@ -17,7 +17,8 @@ Profile file (JSON)::
 
 A pool without a ``generation`` or ``training`` entry cannot run that stage. ``cpu_s_per_sample``
 (optional, 0 by default) is for a pool whose devices are cores the host side shares, as on the
-CPU rig: the CPU seconds of every process per sample, which bound a step from below. ``lengths``
+CPU rig: the CPU seconds per sample of the trainers and the host side, which with the engines'
+simulated busy time bound a step from below. ``lengths``
 (output tokens per prompt) is the default workload; ``--lengths FILE`` (JSONL with
 ``output_len`` per line, as ``bench stream`` takes) replaces it.
 """

@@ -38,11 +38,13 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   Step time and both stages' idle are those of the simulated steady steps.
 - **Shared cores**: where a pool's devices are CPU cores that the framework's host side (its
   driver, agent loops, data plane) shares with the engines and trainers, as on a CPU-only
-  machine, the pool gives ``cpu_s_per_sample``, the CPU seconds of every process per sample. A
-  step that runs on that pool alone is at least ``samples * cpu_s_per_sample / devices``: the
-  simulation above gives each instance its device to itself, and when the trainer's core is
-  saturated (async) the host side's share of it is what the simulation misses. On accelerators
-  the host has cores of its own and the field stays 0.
+  machine, the pool gives ``cpu_s_per_sample``, the measured CPU seconds per sample of every
+  process but the engines (the trainers and the host side). A step that runs on that pool alone
+  is at least ``(engine busy + samples * cpu_s_per_sample) / devices``, the engines' busy
+  device-seconds as simulated (they batch differently per mode): the simulation gives each
+  instance its device to itself, and when the trainer's core is saturated (async) the host
+  side's share of it is what the simulation misses. On accelerators the host has cores of its
+  own and the field stays 0.
 
 Prefill is not modelled separately (measure the generation profile with realistic prompts).
 """
@@ -119,7 +121,8 @@ class TrainingProfile:
 class HardwarePool:
     """Devices of one kind; a profile is ``None`` where that stage cannot run on the pool.
     ``cpu_s_per_sample``: where the devices are cores shared with the host side, the CPU
-    seconds per sample of every process (see the module docstring); 0 elsewhere."""
+    seconds per sample of the trainers and the host side (see the module docstring); 0
+    elsewhere."""
 
     name: str
     devices: int
@@ -393,6 +396,7 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         steps = 1 + len(workload.following) if workload.following else ASYNC_DEFAULT_STEPS
         steady = simulate_async(workload.batches(steps), engines, group_size / rate, workload)
         step, idle = steady.step_s, (steady.generation_idle, steady.training_idle)
+        engine_s = (1 - steady.generation_idle) * step * sum(e.devices for e in engines)
     else:
         if mode is PlanMode.COLOCATED:
             step = latency + t_gen + t_train + workload.weight_sync_s
@@ -402,11 +406,13 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
                                         (1 - deferred) * group_size / rate)
                     + deferred * t_train + workload.weight_sync_s)
         idle = (1 - float(busy.sum()) / (len(engines) * step), 1 - t_train / step)
+        engine_s = float(np.dot(busy, [e.devices for e in engines]))
     devices = {}
     for p in pools:
         g, t = generation.get(p.name, 0), training.get(p.name, 0)
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
-    floor = _shared_core_floor([by_name[name] for name, used in devices.items() if any(used)], workload.samples)
+    floor = _shared_core_floor([by_name[name] for name, used in devices.items() if any(used)], workload.samples,
+                               engine_s)
     if floor > step:  # the instances' busy time stays; their idle shrinks with the step
         idle = tuple(1 - (1 - i) * step / floor for i in idle)
         step = floor
@@ -414,12 +420,13 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
                 workload.samples / step, *idle)
 
 
-def _shared_core_floor(used: list[HardwarePool], samples: int) -> float:
-    """The shortest step the CPU work allows where a plan runs on one pool of shared cores
-    (0 otherwise: across pools the host side's placement is unknown)."""
+def _shared_core_floor(used: list[HardwarePool], samples: int, engine_s: float) -> float:
+    """The shortest step the CPU work allows where a plan runs on one pool of shared cores:
+    the engines' busy device-seconds ``engine_s`` and the rest's CPU per sample, over the
+    pool's devices (0 elsewhere: across pools the host side's placement is unknown)."""
     if len(used) != 1 or not used[0].cpu_s_per_sample:
         return 0.0
-    return samples * used[0].cpu_s_per_sample / used[0].devices
+    return (engine_s + samples * used[0].cpu_s_per_sample) / used[0].devices
 
 
 def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:
