@@ -413,7 +413,7 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         devices[p.name] = (g * p.generation.devices if g else 0, t * p.training.devices if t else 0)
     floor = _shared_core_floor([by_name[name] for name, used in devices.items() if any(used)], workload.samples,
                                engine_s)
-    if floor > step:  # the instances' busy time stays; their idle shrinks with the step
+    if floor > step:  # the instances' busy time stays; their idle grows with the step
         idle = tuple(1 - (1 - i) * step / floor for i in idle)
         step = floor
     return Plan(mode, dict(generation), dict(training), devices, t_gen, t_train, step,
