@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -150,7 +151,7 @@ def engine_env(config: str, trace_dir: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
-    from rlweave.benchmarks.serving import BURSTS, iteration_costs, run_engine, synthetic_workload
+    from rlweave.benchmarks.serving import BURSTS, EngineProcess, iteration_costs, synthetic_workload
 
     hooks = hook_call_us(args.hook_calls)
     decisions = {str(n): decision_us(n, args.decisions) for n in BURSTS}
@@ -162,10 +163,13 @@ def run(args: argparse.Namespace) -> BenchResult:
             results[config].append(generate_in_fresh_engine(
                 engine_env(config, tmp), requests=args.requests, max_tokens=args.max_tokens,
                 max_num_seqs=args.max_num_seqs, repeats=args.repeats))
-        bursts = run_engine("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
-                                        "levels": [], "capacity_req_s": 1.0, "calibrate": False},
-                            Path(tmp))
-    in_engine = iteration_costs(bursts)
+        engine = EngineProcess("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
+                                           "authkey": secrets.token_hex(16)}, Path(tmp))
+        try:
+            bursts = engine.ask({"do": "bursts", "name": "burst", "sizes": BURSTS})["bursts"]
+        finally:
+            engine.close()
+        in_engine = iteration_costs({"bursts": bursts, "steps": engine.logs()[1]})
     per_engine = {c: [statistics.median(e["tokens_per_s"]) for e in runs] for c, runs in results.items()}
     tps = {c: statistics.median(v) for c, v in per_engine.items()}
     # Each round's engines ran one after another: the ratio is taken within the round.
