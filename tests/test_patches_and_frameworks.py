@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from rlweave import patches
 from rlweave.frameworks import FRAMEWORKS, UnsupportedFrameworkError, require_supported
@@ -11,7 +13,17 @@ def test_every_patch_has_an_upstream_note_and_a_version_range():
         note = patch.upstream_note.read_text()
         assert note.startswith("# "), f"{patch.name}: upstream.md should read as a PR"
         assert "## " in note
-        assert str(patch.versions)
+        supported = FRAMEWORKS[patch.framework].supported
+        fitting = [v for v in lower_bounds(patch.versions, supported)
+                   if v in patch.versions and v in supported]
+        assert fitting, (f"{patch.name}: range {patch.versions} holds no version of "
+                         f"{patch.framework} rlweave supports ({supported})")
+
+
+def lower_bounds(*ranges: SpecifierSet) -> list[Version]:
+    """The versions the ranges start at (``>=`` bounds): two ranges overlap exactly when the
+    larger of their lower bounds lies in both (an empty range holds none)."""
+    return [Version(s.version) for r in ranges for s in r if s.operator == ">="]
 
 
 def test_patch_is_never_applied_to_a_version_it_was_not_written_for():

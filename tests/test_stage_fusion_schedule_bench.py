@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from rlweave.benchmarks import fusion_executor, fusion_schedule
 from rlweave.plugins.stage_fusion.baselines import separate_1f1b
 from rlweave.plugins.stage_fusion.schedule import Evaluator
@@ -35,5 +37,10 @@ def test_executor_report_compares_measured_steps_with_the_simulated_ones():
     result = fusion_executor.report(ranks, settings)
     assert result.headline["speedup"] == round(0.21 / 0.11, 3)
     assert result.headline["predicted_speedup"] == 1.0  # the same order twice
-    assert result.details["predicted"]["fused"] == Evaluator(fusion_executor._problem(
-        settings, result.details["costs"])).makespan(separate_1f1b(problem))
+    # Predicted from the measured spans (F 10 ms, B 20 ms), worked by hand in 10-ms units: the
+    # actor's 1F1B over two stages and two micro-batches ends at 9 on rank 0 (F0 0-1, F1 1-2,
+    # B0 4-6 after stage 1's B0 at 2-4, B1 7-9 after stage 1's F1 4-5 and B1 5-7), 7 on rank 1;
+    # the critic then runs stage 0 on rank 1 (F0 7-8, F1 8-9, B0 12-14, B1 15-17) and stage 1 on
+    # rank 0 (F0 9-10, B0 10-12, F1 12-13, B1 13-15): 17 units, 0.17 s.
+    assert result.details["costs"] == {"actor": [[0.01, 0.01], [0.02, 0.02]], "critic": [[0.01, 0.01], [0.02, 0.02]]}
+    assert result.details["predicted"] == {"separate_1f1b": pytest.approx(0.17), "fused": pytest.approx(0.17)}

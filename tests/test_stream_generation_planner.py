@@ -193,9 +193,12 @@ def test_a_pool_of_shared_cores_bounds_the_step_by_its_cpu_work() -> None:
     alone = predict([HardwarePool("p", 2, engine, TrainingProfile(0.5))], work, PlanMode.ASYNC, {"p": 1}, {"p": 1})
     shared = predict([HardwarePool("p", 2, engine, TrainingProfile(0.5), cpu_s_per_sample=1.5)], work,
                      PlanMode.ASYNC, {"p": 1}, {"p": 1})
-    engine_s = (1 - alone.generation_idle) * alone.step_s
-    assert alone.step_s == pytest.approx(2.25) and shared.step_s == pytest.approx((engine_s + 6.0) / 2)
-    # The trainer still works 2.25 s of each step (four groups and the push), the engine engine_s.
+    # The engine's busy time a step, by hand: the four groups decode together, at 1000 tokens/s
+    # each, so the longest (4 tokens) ends after 4 ms.
+    engine_s = 0.004
+    assert alone.step_s == pytest.approx(2.25) and alone.generation_idle == pytest.approx(1 - engine_s / 2.25)
+    assert shared.step_s == pytest.approx((engine_s + 6.0) / 2)  # 3.002 s
+    # The trainer still works 2.25 s of each step (four groups and the push), the engine 4 ms.
     assert shared.training_idle == pytest.approx(1 - 2.25 / shared.step_s)
     assert shared.generation_idle == pytest.approx(1 - engine_s / shared.step_s)
     # Below the simulated step the floor changes nothing; across two pools it does not apply.
