@@ -42,18 +42,35 @@ class OracleOrchestrator(TrajectoryOrchestrator):
         return TrajectoryLoad(trajectory.trajectory_id, tokens, tool_s)
 
 
+def _shallow_mass(p: TrajectoryParameters) -> dict[int, float]:
+    """The generator's law of a sample's total turns when it is not deep: memoryless
+    (geometric) or a rounded log-normal, clipped to [1, 32] and to the shape's shallow cap."""
+    s, cap = p.shape, min(p.shape.max_shallow_turns, 32)
+    if s.stop_chance:
+        stop = min(s.stop_chance / p.difficulty, 1.0)
+        mass = {k: (1 - stop) ** (k - 1) * stop for k in range(1, cap)}
+        return {**mass, cap: (1 - stop) ** (cap - 1)}
+    mu, sigma = math.log(s.median_turns * p.difficulty), s.turns_sigma
+    cdf = lambda x: 0.5 * (1 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2))))  # noqa: E731
+    return {k: (1.0 if k == cap else cdf(k + 0.5)) - (0.0 if k == 1 else cdf(k - 0.5))
+            for k in range(1, cap + 1)}
+
+
+def turn_mass(p: TrajectoryParameters) -> dict[int, float]:
+    """The law of a sample's total turns before any draw: its prompt's chance of a deep sample
+    (uniform over the deep range) mixed with the shallow law."""
+    mass = {k: (1.0 - p.deep_chance) * m for k, m in _shallow_mass(p).items()} \
+        if p.deep_chance < 1.0 else {}
+    lo, hi = p.shape.deep_turns
+    for k in range(lo, hi + 1):
+        mass[k] = mass.get(k, 0.0) + p.deep_chance / (hi - lo + 1)
+    return mass
+
+
 def expected_remaining_turns(p: TrajectoryParameters, done: int) -> float:
-    """E[total turns - done | total > done] under the generator's turn distribution (rounded,
-    clipped log-normal, or uniform for a deep prompt); at least one turn."""
-    if p.deep:
-        totals = range(p.shape.deep_turns[0], p.shape.deep_turns[1] + 1)
-        mass = dict.fromkeys(totals, 1.0)
-    else:
-        mu, sigma = math.log(p.shape.median_turns * p.difficulty), p.shape.turns_sigma
-        cdf = lambda x: 0.5 * (1 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2))))  # noqa: E731
-        mass = {k: (1.0 if k == 32 else cdf(k + 0.5)) - (0.0 if k == 1 else cdf(k - 0.5))
-                for k in range(1, 33)}
-    alive = {k: m for k, m in mass.items() if k > done}
+    """E[total turns - done | total > done] under the generator's turn law (:func:`turn_mass`);
+    at least one turn. Surviving past the shallow totals moves the weight onto deep."""
+    alive = {k: m for k, m in turn_mass(p).items() if k > done and m > 0}
     weight = sum(alive.values())
     if weight <= 0:
         return 1.0
@@ -62,8 +79,8 @@ def expected_remaining_turns(p: TrajectoryParameters, done: int) -> float:
 
 class InformedOrchestrator(TrajectoryOrchestrator):
     """rlweave's orchestrator told each trajectory's generative parameters (its prompt's
-    difficulty, its verbosity, its sandbox's speed distribution, whether it is deep) but none of
-    its draws: turns are expected given the turns survived, and the sandbox's speed is inferred
+    difficulty, its verbosity, its prompt's tool speed, its sandbox's speed distribution, its
+    chance of being deep) but none of its draws: turns are expected given the turns survived, and the sandbox's speed is inferred
     from the tool calls made so far as a Bayesian knowing the prior would. The ceiling of any
     predictor on a synthetic shape; a benchmark construct, simulated only."""
 

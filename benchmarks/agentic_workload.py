@@ -17,6 +17,11 @@ its prompts a deep tail of many turns. The shapes (``WORKLOADS``):
 - ``deep-tail``: 128 trajectories, most ending in 1-3 turns, a few prompts whose samples all run
   10-20, heavy-tailed tool latencies.
 - ``mixed``: 96 trajectories of four tasks that differ in turns, tokens and tools at once.
+- ``depth-mix``: 96 independent trajectories, a share of them deep (10-20 turns), the rest of a
+  memoryless number of turns: neither prompt nor sibling says which is which (nothing to learn).
+- ``depth-mix-grouped``: 24 prompts x 4 samples; each prompt has its own chance of a deep sample
+  (most near none, a few near all), else at most 3 turns, and its own heavy-tailed tool speed,
+  shared by its samples: siblings carry the depth and the pace.
 
 Trace format (``--trace FILE``), one trajectory per JSON line::
 
@@ -70,6 +75,11 @@ class TaskShape:
     trajectory_tool_sigma: float = 0.0  # a speed factor per trajectory (its sandbox)
     deep_share: float = 0.0  # prompts whose samples all run deep_turns
     deep_turns: tuple[int, int] = (10, 20)
+    stop_chance: float = 0.0  # > 0: memoryless turns, each the last with this chance
+    max_shallow_turns: int = 32  # a cap on the turns of a sample that is not deep
+    deep_chance: float = 0.0  # each sample's own chance of running deep_turns (a draw per sample)
+    deep_concentration: float = 0.0  # > 0: each prompt's chance ~ Beta with this concentration
+    prompt_tool_sigma: float = 0.0  # a speed factor per prompt on its samples' tool calls
     max_tokens: int = 192
     max_tool_s: float = 10.0
 
@@ -104,6 +114,13 @@ WORKLOADS: dict[str, WorkloadShape] = {
         "search": TaskShape(5.0, 16.0, 1.0, tool_sigma=0.8, trajectory_tool_sigma=0.5),
         "code": TaskShape(5.0, 80.0, 0.3, max_tokens=256),
         "agent": TaskShape(2.0, 24.0, 0.5, deep_share=0.25)}),
+    "depth-mix": WorkloadShape(96, 1, {
+        "agent": TaskShape(2.5, 40.0, 0.3, stop_chance=0.4, deep_chance=0.08,
+                           max_tool_s=6.0)}, difficulty_sigma=0.0),
+    "depth-mix-grouped": WorkloadShape(24, 4, {
+        "agent": TaskShape(2.0, 40.0, 0.3, tool_sigma=0.5, stop_chance=0.5, max_shallow_turns=3,
+                           deep_chance=0.2, deep_concentration=1.0, prompt_tool_sigma=0.8,
+                           max_tool_s=6.0)}, difficulty_sigma=0.0),
 }
 
 
@@ -113,20 +130,25 @@ class TrajectoryParameters:
     a perfect model of the workload could know, short of the draws themselves (its sandbox's
     speed is a draw: ``shape`` gives its distribution)."""
 
-    shape: TaskShape  # its task's, tool latencies scaled
+    shape: TaskShape  # its task's, tool latencies scaled (by ``tool_scale`` and its prompt's speed)
     difficulty: float  # the prompt's factor on the median turns
     verbosity: float  # the prompt's and the trajectory's factors on the median tokens
-    deep: bool
+    deep: bool  # the draw
+    deep_chance: float  # what was known of it before the draw (0 or 1 for a deep prompt's share)
 
 
 def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape: TaskShape,
-                prompt_len: int, difficulty: float, verbosity: float, deep: bool,
+                prompt_len: int, difficulty: float, verbosity: float, deep_chance: float,
                 max_context: int) -> tuple[Trajectory, TrajectoryParameters]:
+    deep = deep_chance >= 1.0 or (0.0 < deep_chance and rng.random() < deep_chance)
     if deep:
         turns = int(rng.integers(shape.deep_turns[0], shape.deep_turns[1] + 1))
+    elif shape.stop_chance:
+        turns = min(int(rng.geometric(min(shape.stop_chance / difficulty, 1.0))), 32,
+                    shape.max_shallow_turns)
     else:
         turns = int(np.clip(round(rng.lognormal(np.log(shape.median_turns * difficulty),
-                                                shape.turns_sigma)), 1, 32))
+                                                shape.turns_sigma)), 1, shape.max_shallow_turns))
     verbosity *= rng.lognormal(0.0, shape.trajectory_tokens_sigma) if shape.trajectory_tokens_sigma else 1.0
     tokens = np.clip(rng.lognormal(np.log(shape.median_tokens * verbosity), shape.tokens_sigma,
                                    turns), 4, shape.max_tokens).astype(int)
@@ -139,7 +161,7 @@ def _trajectory(rng: np.random.Generator, tid: str, group: str, task: str, shape
         tokens, tools = tokens[:turns], tools[:turns - 1]
     return (Trajectory(tid, group, task, prompt_len, tuple(int(x) for x in tokens),
                        tuple(round(float(x), 4) for x in tools)),
-            TrajectoryParameters(shape, difficulty, verbosity, deep))
+            TrajectoryParameters(shape, difficulty, verbosity, deep, deep_chance))
 
 
 def synthetic(seed: int, prompts: int | None = None, group: int | None = None,
@@ -174,10 +196,25 @@ def synthetic_with_parameters(seed: int, prompts: int | None = None, group: int 
         verbosity = rng.lognormal(0.0, shape.verbosity_sigma) if shape.verbosity_sigma else 1.0
         deep = bool(rng.random() < ts.deep_share)
         prompt_len = int(rng.integers(16, 64))
+        chance, ts = _prompt_draws(rng, ts, deep)
         out += [_trajectory(np.random.default_rng((seed, p, epoch + 1000, s)), f"p{p}-s{s}",
-                            f"p{p}", task, ts, prompt_len, difficulty, verbosity, deep, max_context)
+                            f"p{p}", task, ts, prompt_len, difficulty, verbosity, chance, max_context)
                 for s in range(group)]
     return out
+
+
+def _prompt_draws(rng: np.random.Generator, ts: TaskShape, deep: bool) -> tuple[float, TaskShape]:
+    """A prompt's chance that a sample runs deep, and its task shape with the prompt's tool
+    speed. Drawn after the older shapes' draws, and only for shapes that use them, so those
+    shapes' batches stay what they were."""
+    chance = 1.0 if deep else ts.deep_chance
+    if ts.deep_chance and ts.deep_concentration:
+        c = ts.deep_concentration
+        chance = float(rng.beta(c * ts.deep_chance, c * (1.0 - ts.deep_chance)))
+    if ts.prompt_tool_sigma:
+        speed = rng.lognormal(0.0, ts.prompt_tool_sigma)
+        ts = TaskShape(**{**asdict(ts), "tool_median_s": ts.tool_median_s * speed})
+    return chance, ts
 
 
 def load_trace(path: str | Path) -> list[Trajectory]:

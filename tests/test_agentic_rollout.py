@@ -26,15 +26,16 @@ COST = EngineCostModel(base_s=0.002, per_seq_s=0.0005, slots=4, prefill_s_per_to
 
 
 def test_remaining_turns_condition_on_the_turns_already_survived() -> None:
-    p = SerialTimePredictor(prior_turns=3.0, shrink=1e-6)
+    p = SerialTimePredictor(prior_turns=3.0, shrink=1e-9)
     assert p.predict("t", "g", 0).remaining_turns == pytest.approx(3.0)  # the prior
     for turns in (2, 2, 2, 10):
         p.observe_finished("t", f"old{turns}", turns)
     assert p.predict("t", "g", 0).remaining_turns == pytest.approx(4.0)
     # Having survived 3 turns, only the 10-turn trajectory is like it.
     assert p.predict("t", "g", 3).remaining_turns == pytest.approx(7.0)
-    # Beyond everything seen: the remainder grows with the age reached.
-    assert p.predict("t", "g", 20).remaining_turns == pytest.approx(10.0)
+    # Beyond everything seen: the remainder grows with the age reached, at least half as much
+    # again (more here: outliving everything also says its own prompt runs long).
+    assert p.predict("t", "g", 20).remaining_turns >= 10.0
 
 
 def test_a_group_scales_its_task_by_its_finished_and_running_samples() -> None:
@@ -50,6 +51,90 @@ def test_a_group_scales_its_task_by_its_finished_and_running_samples() -> None:
     assert short.predict("t", "mine", 1).remaining_turns < base
     # Three siblings all past everything the task has seen: a long prompt.
     assert p.predict("t", "mine", 1, siblings_running=(6, 6, 6)).remaining_turns > 2 * base
+
+
+def test_a_trajectory_that_outlives_its_siblings_rises() -> None:
+    # The task: nine 1-turn and two 10-turn trajectories; three of them the prompt's own samples,
+    # all finished after one turn. shrink 1, prior 4. The task's mean is (29 + 4) / (11 + 1) =
+    # 2.75, and its conditional mean past x turns, for 2 <= x < 10, is (20 + the Lindy fallback
+    # max(4, 1.5 x)) / (2 + 1): 8 past 2, 8.01 past 2.69, 8.58 past 3.83.
+    p = SerialTimePredictor(prior_turns=4.0, shrink=1.0)
+    for k, turns in enumerate((1,) * 6 + (10, 10)):
+        p.observe_finished("t", f"other{k}", turns)
+    for _ in range(3):
+        p.observe_finished("t", "mine", 1)
+    # The sample still running at 2 turns is a censored sample of its group, worth its expected
+    # total 8 with weight 9/11 (the share of totals it outlived): the group's scale is
+    # (3 + 72/11 + 2.75) / (3 + 9/11 + 1) / 2.75 = 0.928, and it is expected to last 0.928 times
+    # the task's mean past (2 + 0.5) / 0.928 = 2.69 turns: 0.928 x 8.01 = 7.44 turns, 5.44 more.
+    assert p.predict("t", "mine", 2).remaining_turns == pytest.approx(5.4364, abs=1e-4)
+    # The point estimate from its siblings alone (scale (3 + 2.75) / 4 / 2.75 = 0.523, times
+    # the 8.58 past 3.83 turns = 4.48 in all) said 2.48 more: it ranked the long one as short.
+    assert p.predict("t", "mine", 2).remaining_turns > 2.4848 + 2.0
+    # The longer it survives, the longer it is expected to last in all.
+    totals = [d + p.predict("t", "mine", d).remaining_turns for d in (1, 2, 3, 5)]
+    assert totals == sorted(totals) and totals[-1] > totals[0] + 1.0
+
+
+def test_survival_estimate_of_a_geometric_mixture_is_its_closed_form() -> None:
+    # A tenth of the trajectories stop after each turn with chance 0.1, the rest with 0.5: each
+    # part is memoryless, so past k turns a part still has 1/p turns to go, and
+    # E[T - k | T > k] = (0.1 x 0.9^k / 0.1 + 0.9 x 0.5^k / 0.5) / (0.1 x 0.9^k + 0.9 x 0.5^k):
+    # 2.8 at the start, 7.42 after five turns (by then most survivors are the deep kind).
+    p = SerialTimePredictor(shrink=1e-3, history=200_000)
+    for t in range(1, 120):
+        share = 0.1 * 0.9 ** (t - 1) * 0.1 + 0.9 * 0.5 ** (t - 1) * 0.5
+        for _ in range(round(100_000 * share)):
+            p.observe_finished("t", "g", t)
+    for k in range(8):
+        alive = 0.1 * 0.9 ** k + 0.9 * 0.5 ** k
+        expected = (0.1 * 0.9 ** k / 0.1 + 0.9 * 0.5 ** k / 0.5) / alive
+        assert p.predict("t", "g", k).remaining_turns == pytest.approx(expected, rel=0.02), k
+    assert p.predict("t", "g", 5).remaining_turns > 2.5 * p.predict("t", "g", 0).remaining_turns
+
+
+def _mean_tau_all_turns(workload: str, seeds: int) -> float:
+    """Kendall's tau between the remaining serial time the orchestrator predicted at each turn
+    and the true one, weighted over turns as ``bench agentic`` weighs it, in SIMULATED batches of
+    the shape, the predictor warmed on the previous epoch; the mean over ``seeds`` batches."""
+    from rlweave.benchmarks.agentic import kendall_tau, true_serial_s
+    from rlweave.benchmarks.agentic_workload import previous_step
+
+    taus = []
+    for seed in range(seeds):
+        o = TrajectoryOrchestrator(COST)
+        simulate(previous_step(seed, workload), 2, COST, placement="heddle", queue="priority",
+                 orchestrator=o)
+        batch = {t.id: t for t in synthetic(seed, workload=workload)}
+        seen: dict[int, dict[str, tuple[float, float]]] = {}
+        ranked = o.priority
+
+        def priority(info: TrajectoryInfo) -> int:
+            p = ranked(info)
+            true = true_serial_s(batch[info.trajectory_id], info.turns_done, o.per_token_s)
+            seen.setdefault(info.turns_done, {})[info.trajectory_id] = (-p, true)
+            return p
+
+        o.priority = priority
+        simulate(list(batch.values()), 2, COST, placement="heddle", queue="priority",
+                 orchestrator=o, seed=seed)
+        per_turn = [(kendall_tau(*np.array(list(v.values())).T), len(v)) for v in seen.values()
+                    if len(v) >= 4]
+        per_turn = [(tau, n) for tau, n in per_turn if np.isfinite(tau)]
+        taus.append(np.average([tau for tau, _ in per_turn], weights=[n for _, n in per_turn]))
+    return float(np.mean(taus))
+
+
+# Mean tau over all turns, seeds 0-3, of the predictor before survival counted the trajectory's
+# own (at 4cd5e96, measured with the function above). A 4-seed mean's noise is about 0.03 (the
+# seeds' taus spread by 0.05-0.1).
+TAU_BEFORE = {"default": 0.395, "tool-dominated": 0.305, "token-dominated": 0.456,
+              "deep-tail": 0.264, "mixed": 0.379}
+
+
+@pytest.mark.parametrize("workload", sorted(TAU_BEFORE))
+def test_survival_conditioning_keeps_the_ranking_of_the_original_shapes(workload: str) -> None:
+    assert _mean_tau_all_turns(workload, seeds=4) > TAU_BEFORE[workload] - 0.03
 
 
 def test_own_pace_counts_as_much_as_the_task_shows_it_persists() -> None:
@@ -368,6 +453,12 @@ def test_the_informed_ceiling_knows_the_generator_not_the_draws() -> None:
         load = informed.load(TrajectoryInfo(t.id, t.group, done, 0, None, t.task, t.prompt_len))
         return load.remaining_tool_s / (expected_remaining_turns(p, done) - 1.0)
 
+    # A mixture of depths: memoryless shallow turns (stop chance 0.4) and a deep chance of 8%
+    # (10-20 turns): E = 0.92 x 2.5 + 0.08 x 15 = 3.5 turns; having survived three turns,
+    # (0.92 x 0.6^3 x 2.5 + 0.08 x 12) / (0.92 x 0.6^3 + 0.08) = 5.23 more.
+    mix = next(p for t, p in synthetic_with_parameters(0, workload="depth-mix"))
+    assert expected_remaining_turns(mix, 0) == pytest.approx(3.5, rel=1e-3)
+    assert expected_remaining_turns(mix, 3) == pytest.approx(5.227, rel=1e-3)
     # A sandbox's speed is learned from its calls: two slow ones raise the expected pace.
     t, p = next((t, p) for t, p in pairs if p.shape.trajectory_tool_sigma and len(t.tool_s) >= 3
                 and min(t.tool_s[:2]) > 1.5 * p.shape.tool_median_s)

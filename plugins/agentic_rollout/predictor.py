@@ -13,9 +13,10 @@ weight of ``shrink`` observations):
 - turns: the conditional mean of the total turns of the task's finished trajectories that
   outlived the turns already done (having survived ten turns, a trajectory is like those that
   lasted more than ten, which is what makes a heavy tail predictable), scaled by its group's
-  scale (samples of one prompt, this step's and earlier epochs': finished ones, and running
-  siblings given how far they are; one sibling that stopped after a turn, or four that are all
-  still going, say much about the rest);
+  scale (samples of one prompt, this step's and earlier epochs': finished ones, and censored
+  ones, known to last past the turns they have done: running siblings, and the trajectory
+  itself; one sibling that stopped after a turn, or four that are all still going, say much
+  about the rest, and a sample that outlives its siblings says its prompt runs long);
 - tokens per turn and tool seconds per call: the trajectory's own turns so far, shrunk towards
   its group's, shrunk towards its task's, shrunk towards a prior. How much its own turns count
   is learned per task, from how much finished trajectories varied within themselves against
@@ -273,15 +274,20 @@ class SerialTimePredictor:
 
     def _total_turns(self, task: str, group: str, done: int, siblings_running: tuple[int, ...]
                      ) -> float:
-        """Expected total turns of a trajectory that has done ``done``.
+        """Expected total turns of a trajectory given that it has lasted ``done`` turns.
 
-        The group scales the task: its samples' totals (finished ones, and running siblings'
-        expected totals given how far they are) over the task's mean give its scale ``r``
+        The group scales the task: its samples' totals over the task's mean give its scale ``r``
         (shrunk towards 1), and a trajectory of a group of scale ``r`` that survived ``done``
         turns is expected to last ``r`` times a task trajectory that survived ``done / r``.
-        A running sibling counts only as much as its survival rules out: the share of the task's
-        totals it has already outlived (a sibling at its first turn says nothing, and counting
+        The samples are finished ones and censored ones: the running siblings and the
+        trajectory itself, each known to last past the turns it has done. A censored sample
+        counts as its expected total given that survival, with the weight of the share of the
+        task's totals it has already outlived (one at its first turn says nothing, and counting
         it as a whole sample would pull every group to the task's mean).
+
+        Counting the trajectory's own survival keeps the estimate from pointing the wrong way on
+        a mixture of depths: the siblings that finish first are the short ones, so a sample
+        that outlives them is itself the evidence that its prompt runs long, and rises.
         """
         b, d, k = self.batch, self.decay, self.shrink
         pool = self._tasks.get(task)
@@ -303,11 +309,14 @@ class SerialTimePredictor:
         mean = outlived(0.0)
         g = self._groups.get(group)
         s, w = g.turns.total(b, d) if g is not None else (0.0, 0.0)
-        for c in siblings_running:
+        for c in (*siblings_running, done):
             weight = ruled_out(c)
             s, w = s + weight * outlived(c), w + weight
         scale = _shrunk(s, w, mean, k) / mean
-        return max(scale * outlived(done / scale), done + 1.0)
+        # Turns are whole: lasting past ``done`` is a total of at least ``done + 1``, so the
+        # task's totals that count are those past ``done + 0.5`` once scaled (a scale a hair
+        # above 1 must not bring back the totals equal to ``done``).
+        return max(scale * outlived((done + 0.5) / scale), done + 1.0)
 
     def predict(self, task: str, group: str, turns_done: int,
                 own_tokens: tuple[float, int] = (0.0, 0),
