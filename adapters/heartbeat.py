@@ -11,20 +11,23 @@ process: vLLM's engine process has no Ray connection.
 Section timers are sync-free: :meth:`HeartbeatSender.section` reads ``time.monotonic`` at the
 start and end (a GPU adapter records CUDA events instead and reports them when they complete).
 
-The monitor may answer a beat with instructions (the chaos tool's ``slow`` factor); the
-sender's thread sleeps on its socket, so it reads them as they arrive.
+Every datagram, both ways, is sealed with the job's key (:mod:`.heartbeat_channel`): the
+receiver drops and counts whatever is unsigned, forged, replayed, stale or another job's, and a
+sender reads an answer only from the monitor's address, sealed for it. The monitor answers a
+beat only in a job that enabled the chaos tool (its ``slow`` factor); the sender's thread sleeps
+on its socket, so it reads such an answer as it arrives.
 
 What monitoring costs is measured where it is spent: each sender adds up the CPU time of its
 sends and reads, in any thread, and reports the total in every beat (``cpu_s``).
 
-Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, which the
-sender sets once it knows it, so that child processes (vLLM's engine) inherit it; and who the
-process is: ``RLWEAVE_WORKER`` (``role:rank``).
+Where the monitor is: ``RLWEAVE_MONITOR_ADDR`` (``host:port``) in the environment, with the
+channel's job id and key (``RLWEAVE_MONITOR_JOB``, ``RLWEAVE_MONITOR_KEY``), which the sender sets
+once it knows them, so that child processes (vLLM's engine) inherit them; and who the process is:
+``RLWEAVE_WORKER`` (``role:rank``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import socket
@@ -32,11 +35,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+
+from rlweave.adapters.heartbeat_channel import (
+    DROP_REASONS,
+    MAGIC,
+    MAX_DATAGRAM,
+    MONITOR,
+    Channel,
+    RateLimit,
+    Rejected,
+    ReplayGuard,
+)
 
 MONITOR_ENV = "RLWEAVE_MONITOR_ADDR"
 WORKER_ENV = "RLWEAVE_WORKER"
-MAX_DATAGRAM = 60_000
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -47,8 +61,11 @@ def parse_address(text: str) -> tuple[str, int]:
 class HeartbeatSender:
     """One per process (:func:`start`). Thread-safe; every method returns at once."""
 
-    def __init__(self, address: tuple[str, int], worker: str, interval_s: float) -> None:
+    def __init__(self, address: tuple[str, int], worker: str, interval_s: float, channel: Channel) -> None:
         self.address, self.worker, self.interval_s = address, worker, interval_s
+        self.channel = channel
+        self._replies = ReplayGuard(max_senders=1)  # the monitor is the one sender it hears
+        self.dropped = 0  # datagrams not from the monitor, or not sealed for this sender
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.seq = 0
@@ -170,9 +187,9 @@ class HeartbeatSender:
     def _send(self) -> None:
         start = time.thread_time()
         self._last_sent = time.monotonic()
-        data = json.dumps(self._message()).encode()
+        data = self.channel.seal(self._message())
         try:
-            self._sock.sendto(data[:MAX_DATAGRAM], self.address)
+            self._sock.sendto(data, self.address)
         except OSError:
             pass  # the monitor is gone or not up yet: nothing to do, the next beat tries again
         self._spent(start)
@@ -191,13 +208,19 @@ class HeartbeatSender:
     def _read_all(self) -> None:
         while True:
             try:
-                data, _ = self._sock.recvfrom(MAX_DATAGRAM)
+                data, origin = self._sock.recvfrom(MAX_DATAGRAM + 1)
             except (BlockingIOError, OSError):
                 return
             try:
-                self.slow_factor = float(json.loads(data).get("slow", self.slow_factor))
-            except (ValueError, TypeError, AttributeError):
-                pass
+                if origin[:2] != self.address:
+                    raise Rejected("not_for_us")
+                opened = self.channel.open(data)
+                if opened.sender != MONITOR:
+                    raise Rejected("not_for_us")
+                self._replies.check(opened, time.time())
+                self.slow_factor = float(opened.body.get("slow", self.slow_factor))
+            except (Rejected, ValueError, TypeError):
+                self.dropped += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -225,26 +248,33 @@ def current() -> HeartbeatSender | None:
     return _sender
 
 
-def start(address: str, worker: str, interval_s: float, actor: str = "") -> HeartbeatSender:
-    """Start this process's sender once (later calls return the running one) and export the
-    monitor's address and the worker's identity to child processes."""
+def start(address: str, worker: str, interval_s: float, actor: str = "",
+          channel: Channel | None = None) -> HeartbeatSender:
+    """Start this process's sender once (later calls return the running one) on ``channel``
+    (by default the one a parent process exported) and export the monitor's address, the
+    channel and the worker's identity to child processes."""
     global _sender
     with _start_lock:
         if _sender is None:
-            _sender = HeartbeatSender(parse_address(address), worker, interval_s)
+            channel = channel or Channel.from_environ()
+            if channel is None:
+                raise RuntimeError(f"rlweave resilience: a heartbeat to {address} needs the job's channel key "
+                                   f"(RLWEAVE_MONITOR_KEY and RLWEAVE_MONITOR_JOB in the environment), "
+                                   "which the process that exported the address exports beside it")
+            _sender = HeartbeatSender(parse_address(address), worker, interval_s, channel)
             _sender.actor = actor
-            os.environ[MONITOR_ENV], os.environ[WORKER_ENV] = address, worker
+            os.environ.update({MONITOR_ENV: address, WORKER_ENV: worker, **channel.export()})
         return _sender
 
 
 NOT_A_WORKER = "not a worker"
 
 
-def start_when_known(resolve: Callable[[], tuple[str, str, str] | str | None], interval_s: float,
+def start_when_known(resolve: Callable[[], tuple[str, str, str, Channel] | str | None], interval_s: float,
                      give_up_s: float = 3600.0) -> None:
     """Start the sender from a background thread once ``resolve()`` returns (address, worker,
-    actor name): a process may load before the monitor exists, or before it knows its own
-    name. ``resolve()`` returns ``None`` to be asked again, :data:`NOT_A_WORKER` to stop."""
+    actor name, channel): a process may load before the monitor exists, or before it knows its
+    own name. ``resolve()`` returns ``None`` to be asked again, :data:`NOT_A_WORKER` to stop."""
 
     def wait() -> None:
         deadline = time.monotonic() + give_up_s
@@ -256,36 +286,71 @@ def start_when_known(resolve: Callable[[], tuple[str, str, str] | str | None], i
             if found == NOT_A_WORKER:
                 return
             if found is not None:
-                start(*found[:2], interval_s, actor=found[2])
+                address, worker, actor, channel = found
+                start(address, worker, interval_s, actor=actor, channel=channel)
                 return
             time.sleep(interval_s)
 
     threading.Thread(target=wait, name="rlweave-heartbeat-start", daemon=True).start()
 
 
-class HeartbeatReceiver:
-    """The monitor's end: a UDP socket on an ephemeral port of ``host``."""
+@dataclass(frozen=True)
+class Received:
+    """A datagram the receiver accepted: its body, where it came from, its sender's id on the
+    channel and when the sender sealed it (its clock: gaps between one sender's beats)."""
 
-    def __init__(self, host: str) -> None:
+    message: dict[str, Any]
+    origin: tuple[str, int]
+    sender: str
+    sent_s: float
+
+
+class HeartbeatReceiver:
+    """The monitor's end: a UDP socket on an ephemeral port of ``host`` (the one address the
+    job's workers need: see :func:`rlweave.adapters.verl.resilience_monitor.bind_address`),
+    accepting only datagrams sealed on ``channel``, and counting the rest by reason."""
+
+    def __init__(self, host: str, channel: Channel) -> None:
+        self.channel = channel
+        self._guard, self._rate = ReplayGuard(), RateLimit()
+        self.drops = dict.fromkeys(DROP_REASONS, 0)  # keys fixed: read from other threads
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.bind((host, 0))
         self._sock.settimeout(0.2)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
 
-    def receive(self) -> tuple[dict[str, Any], tuple[str, int]] | None:
-        """One beat and its sender's address, or ``None`` after 0.2 s without one."""
+    def receive(self) -> Received | None:
+        """One accepted datagram, or ``None`` (after 0.2 s without one, or for one dropped)."""
         try:
-            data, origin = self._sock.recvfrom(MAX_DATAGRAM)
+            data, origin = self._sock.recvfrom(MAX_DATAGRAM + 1)
         except (TimeoutError, OSError):
             return None
         try:
-            return json.loads(data), origin
-        except ValueError:
+            return self._accept(data, origin)
+        except Rejected as rejected:
+            self.drops[rejected.reason] += 1
             return None
 
-    def reply(self, origin: tuple[str, int], message: dict[str, Any]) -> None:
+    def _accept(self, data: bytes, origin: tuple[str, int]) -> Received:
+        """The checks, cheapest first: a flood of junk stops at the length, the prefix or the rate."""
+        if len(data) > MAX_DATAGRAM:
+            raise Rejected("oversize")
+        if not data.startswith(MAGIC):
+            raise Rejected("unsigned")
+        now = time.time()
+        if not self._rate.allow(origin, time.monotonic()):
+            raise Rejected("rate")
+        opened = self.channel.open(data)
+        self._guard.check(opened, now)
+        return Received(opened.body, origin, opened.sender, opened.time_s)
+
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    def reply(self, to: Received, message: dict[str, Any]) -> None:
+        """Answer a datagram's sender, sealed for it alone."""
         try:
-            self._sock.sendto(json.dumps(message).encode(), origin)
+            self._sock.sendto(self.channel.seal(message, to=to.sender), to.origin)
         except OSError:
             pass
 

@@ -46,6 +46,7 @@ from typing import Any
 from rlweave.benchmarks import BenchResult
 
 RESILIENCE = ("+rlweave.resilience.enable=true",)
+CHAOS = ("+rlweave.resilience.chaos=true",)  # the faults' runs only: production runs have no chaos tool
 # Part 1's faults, in rlweave's chaos grammar, and the kind each one is.
 FAULTS = {
     "straggler": "slow:trainer:1@2x3",
@@ -253,6 +254,7 @@ def ledger(c: Campaign) -> dict[str, float]:
     m = "rlweave/resilience/"
     return {"lost_samples": sum(v.get(m + "lost_groups", 0.0) for v in c.steps.values()) * 2,
             "extra_groups": sum(v.get(m + "extra_groups", 0.0) for v in c.steps.values()),
+            "duplicate_samples": sum(v.get(m + "duplicate_samples", 0.0) for v in c.steps.values()),
             "steps_redone": sum(v.get(m + "steps_redone", 0.0) for v in c.steps.values()),
             "requests_resubmitted": max((v.get(m + "requests_resubmitted", 0.0) for v in c.steps.values()), default=0.0)}
 
@@ -290,7 +292,7 @@ def ettr(c: Campaign, clean_step_s: float, window_s: float) -> float:
 def part_faults(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     faults = ";".join(FAULTS.values())
     c = campaign("rlweave-faults", work, steps=FAULT_STEPS, save_freq=args.save_freq, ranks=2,
-                 extra=RESILIENCE + (f"+rlweave.resilience.faults='{faults}'",), external=[], resubmit=False,
+                 extra=RESILIENCE + CHAOS + (f"+rlweave.resilience.faults='{faults}'",), external=[], resubmit=False,
                  window_s=None, hang_wait_s=600, timeout_s=args.timeout)
     from rlweave.plugins.resilience.heatmap import section_ratios
 
@@ -592,7 +594,7 @@ def demo_resilience(console: Any, out: Path) -> bool:
     shutil.rmtree(out, ignore_errors=True)
     with console.status("python -m verl.trainer.main_ppo ... +rlweave.resilience.enable=true (about 3 minutes)"):
         run = run_verl("grpo", out, steps=3, timeout_s=900,
-                       extra=RESILIENCE + (f"+rlweave.resilience.faults={DEMO_FAULT}",))
+                       extra=RESILIENCE + CHAOS + (f"+rlweave.resilience.faults={DEMO_FAULT}",))
     if run.returncode != 0 or sorted(run.steps) != [1, 2, 3]:
         console.print(f"[red]the run exited with {run.returncode}, steps {sorted(run.steps)}; log: {out / 'grpo.log'}")
         return False

@@ -175,8 +175,9 @@ def cmd_chaos(args: argparse.Namespace, argv: list[str]) -> int:
 def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     chaos = sub.add_parser("chaos", help="inject faults into a verl job (kill, hang, slow, corrupt a checkpoint)")
     actions = chaos.add_subparsers(dest="action", required=True)
-    inject = actions.add_parser("inject", help="faults for a running job's resilience monitor to fire at a "
-                                               "step, e.g. 'kill:trainer:1@3.update_actor+0.5;slow:trainer:0@2x3'")
+    inject = actions.add_parser("inject", help="faults for the resilience monitor of a running job started with "
+                                               "+rlweave.resilience.chaos=true to fire at a step, e.g. "
+                                               "'kill:trainer:1@3.update_actor+0.5;slow:trainer:0@2x3'")
     inject.add_argument("faults")
     for name, what in (("kill", "SIGKILL"), ("stop", "SIGSTOP (a hang)"), ("cont", "SIGCONT")):
         now = actions.add_parser(name, help=f"{what} a worker's process now (trainer:R, rollout:R, rollout:R.engine)")
@@ -187,7 +188,8 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     corrupt.add_argument("folder", help="verl's trainer.default_local_dir")
     corrupt.add_argument("--how", choices=("flip", "truncate", "delete"), default="flip")
     corrupt.add_argument("--step", type=int, default=None)
-    actions.add_parser("status", help="what the running job's resilience monitor sees")
+    actions.add_parser("status", help="what the resilience monitor of a running job started with "
+                                      "+rlweave.resilience.chaos=true sees")
     for p in (inject, actions.choices["status"]):
         p.add_argument("--address", default="auto", help="the job's Ray cluster (default: this machine's)")
 

@@ -18,7 +18,6 @@ from rlweave.types import (
     Heartbeat,
     RecoveryKind,
     SectionTime,
-    SettingRequirement,
     WorkerIncident,
 )
 
@@ -193,12 +192,22 @@ def test_faults_parse_into_specs_and_bad_ones_say_the_format():
         build_config([Setting("resilience.faults", "kill:trainer@3", "test")])
 
 
+def test_faults_without_the_chaos_tool_enabled_are_refused_with_the_fix():
+    """A production job has no fault injector: faults are a test's or a benchmark's, said so."""
+    with pytest.raises(ConfigError, match=r"add \+rlweave.resilience.chaos=true"):
+        build_config([Setting("resilience.enable", True, "test"),
+                      Setting("resilience.faults", "kill:trainer:1@3", "test")])
+    config = build_config([Setting("resilience.enable", True, "test")])
+    settings = build_plugin_manager(config).hook.rlweave_resilience_settings()
+    assert settings.chaos is False and settings.faults == ()
+
+
 def test_hooks_through_the_host():
-    config = build_config([Setting("resilience.enable", True, "test"),
+    config = build_config([Setting("resilience.enable", True, "test"), Setting("resilience.chaos", True, "test"),
                            Setting("resilience.faults", "kill:trainer:1@3", "test")])
     hook = build_plugin_manager(config).hook
     settings = hook.rlweave_resilience_settings()
-    assert settings.heartbeat_s == 0.5 and settings.faults == (FaultSpec("kill", "trainer:1", 3),)
+    assert settings.heartbeat_s == 0.5 and settings.faults == (FaultSpec("kill", "trainer:1", 3),) and settings.chaos
     keys = {r.key for answer in hook.rlweave_framework_requirements(framework="verl") for r in answer}
     assert keys == {"trainer.use_v1", "trainer.v1.trainer_mode", "actor_rollout_ref.actor.strategy"}
     hook.rlweave_heartbeat(beat=beat("trainer:0", 1.0))
@@ -215,6 +224,18 @@ def test_verl_settings_that_resilience_cannot_run_with_are_refused_with_the_fix(
     assert problems(VERL_REQUIREMENTS, {}, "cmd") == []  # verl's defaults: v1, sync, FSDP
     [found] = problems(VERL_REQUIREMENTS, {"trainer.v1.trainer_mode": "colocate_async"}, "cmd")
     assert "set trainer.v1.trainer_mode=sync" in found
-    stream = SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync", "streams", "stream_generation")
-    [conflict] = problems((*VERL_REQUIREMENTS, stream), {}, "cmd")
+
+
+
+def test_resilience_and_stream_generation_together_name_both_plugins_needs_in_one_message():
+    """Both enabled through the real config and host: the one message names each plugin's own
+    requirement of verl's trainer mode (as the plugins declare them, not copies)."""
+    from rlweave.requirements import gathered, problems
+
+    config = build_config([Setting("resilience.enable", True, "test"),
+                           Setting("stream_generation.enable", True, "test")])
+    requirements = gathered(build_plugin_manager(config).hook.rlweave_framework_requirements(framework="verl"))
+    [conflict] = [p for p in problems(requirements, {}, "cmd") if "trainer.v1.trainer_mode" in p]
     assert "cannot run together" in conflict
+    assert "rlweave.resilience needs trainer.v1.trainer_mode in {sync}" in conflict
+    assert "rlweave.stream_generation needs trainer.v1.trainer_mode in {rlweave_stream}" in conflict

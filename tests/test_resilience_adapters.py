@@ -1,15 +1,18 @@
-"""The framework-free parts of resilience's adapters: heartbeats over UDP, verl's worker names,
-the two-stage checkpoint's files (persist, verify, stage, corrupt) and the heat-map."""
+"""The framework-free parts of resilience's adapters: heartbeats over UDP (sealed with the job's
+key), verl's worker names, the two-stage checkpoint's files (persist, verify, stage, corrupt) and
+the heat-map. The attacks on the channel are in test_resilience_security.py."""
 
 from __future__ import annotations
 
 import json
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
 from rlweave.adapters import heartbeat
+from rlweave.adapters.heartbeat_channel import Channel
 from rlweave.adapters.verl import checkpoints as ckpt
 from rlweave.adapters.verl.resilience import worker_name
 from rlweave.plugins.resilience.heatmap import section_ratios, write_straggler_heatmap
@@ -17,26 +20,34 @@ from rlweave.plugins.resilience.monitor import HealthMonitor
 from rlweave.types import Health, Heartbeat
 
 
-def receive_until(receiver: heartbeat.HeartbeatReceiver, wanted, timeout_s: float = 5.0):
+def receive_until(receiver: heartbeat.HeartbeatReceiver, wanted, timeout_s: float = 5.0) -> heartbeat.Received:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = receiver.receive()
-        if got is not None and wanted(got[0]):
+        if got is not None and wanted(got.message):
             return got
     raise AssertionError("no such beat arrived")
 
 
+def pair(worker: str, interval_s: float) -> tuple[heartbeat.HeartbeatReceiver, heartbeat.HeartbeatSender]:
+    """A monitor's receiver and a worker's sender on one job's channel (loopback)."""
+    channel = Channel.new("job")
+    receiver = heartbeat.HeartbeatReceiver("127.0.0.1", channel)
+    return receiver, heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), worker, interval_s,
+                                               channel.peer())
+
+
 def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
-    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
-    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:1", 0.05)
+    receiver, sender = pair("trainer:1", 0.05)
     try:
         with sender.section("update_actor", step=3):
             receive_until(receiver, lambda m: m["section"] == "update_actor")
-        message, origin = receive_until(receiver, lambda m: m["finished"])
+        got = receive_until(receiver, lambda m: m["finished"])
+        message = got.message
         [done] = message["finished"]
         assert (message["worker"], done["section"], done["step"]) == ("trainer:1", "update_actor", 3)
         assert done["duration_s"] > 0 and message["pid"] > 0
-        receiver.reply(origin, {"slow": 3.0})
+        receiver.reply(got, {"slow": 3.0})
         deadline = time.monotonic() + 5
         while sender.slow_factor != 3.0 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -44,11 +55,12 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
         with sender.activity("generate"), sender.activity("generate"):
             receive_until(receiver, lambda m: m["section"] == "generate")
         sender.count("requests_resubmitted", 2)  # beats at once
-        message, _ = receive_until(receiver, lambda m: m["counters"])
-        assert message["counters"] == {"requests_resubmitted": 2}
+        got = receive_until(receiver, lambda m: m["counters"])
+        assert got.message["counters"] == {"requests_resubmitted": 2}
         sender.report("rollout:0/engine", alive=False, detail="gone", pid=7)
-        message, _ = receive_until(receiver, lambda m: m["reports"])
-        assert message["reports"][0]["worker"] == "rollout:0/engine"
+        got = receive_until(receiver, lambda m: m["reports"])
+        assert got.message["reports"][0]["worker"] == "rollout:0/engine"
+        assert receiver.dropped() == 0 and sender.dropped == 0
     finally:
         sender.stop()
         receiver.close()
@@ -56,17 +68,17 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
 
 def test_a_beat_sent_for_an_event_defers_the_periodic_one():
     """Beats are for silence: one a section or a step sent makes the next periodic one wait a
-    whole interval (a loaded machine can only make it later)."""
-    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
-    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 0.4)
+    whole interval (a loaded machine can only make it later). The gap is the sender's own (each
+    datagram carries when it was sealed), not when the receiver got to read them."""
+    receiver, sender = pair("trainer:0", 0.4)
     try:
         receive_until(receiver, lambda m: True)  # the first periodic beat
         time.sleep(0.2)
         sender.set_step(5)
-        receive_until(receiver, lambda m: m["step"] == 5)
-        sent = time.monotonic()
-        receive_until(receiver, lambda m: True)
-        assert time.monotonic() - sent > 0.35
+        event = receive_until(receiver, lambda m: m["step"] == 5)
+        periodic = receive_until(receiver, lambda m: True)
+        assert periodic.message["seq"] == event.message["seq"] + 1
+        assert periodic.sent_s - event.sent_s > 0.35
     finally:
         sender.stop()
         receiver.close()
@@ -74,16 +86,16 @@ def test_a_beat_sent_for_an_event_defers_the_periodic_one():
 
 def test_an_instruction_reaches_a_sender_between_its_beats():
     """The sender's thread sleeps on its socket, so the monitor's answer is read as it arrives,
-    not at the next beat (a long interval here)."""
-    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
-    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 30.0)
+    not at the next beat: with a 60 s interval, the answer is taken while the first beat is
+    still the only one sent (order and counts, not a wall-clock bound)."""
+    receiver, sender = pair("trainer:0", 60.0)
     try:
-        _, origin = receive_until(receiver, lambda m: m["worker"] == "trainer:0")
-        sent = time.monotonic()
-        receiver.reply(origin, {"slow": 2.0})
-        while sender.slow_factor != 2.0 and time.monotonic() < sent + 5:
+        got = receive_until(receiver, lambda m: m["worker"] == "trainer:0")
+        receiver.reply(got, {"slow": 2.0})
+        deadline = time.monotonic() + 30
+        while sender.slow_factor != 2.0 and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert time.monotonic() - sent < 1.0
+        assert sender.slow_factor == 2.0 and sender.seq == 1
     finally:
         sender.stop()
         receiver.close()
@@ -92,16 +104,16 @@ def test_an_instruction_reaches_a_sender_between_its_beats():
 def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_tool():
     """The monitor runs as threads of the trainer's process: the trainer takes each incident
     once with the decision logged beside it, reads what monitoring cost, and ``rlweave chaos``
-    reaches the monitor over its socket."""
-    from rlweave.adapters.verl.chaos import _ask
+    reaches the monitor of a job with the chaos tool over its channel."""
+    from rlweave.adapters.verl.chaos import ask
     from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor
     from rlweave.config import Setting
     from rlweave.host import activate
 
     activate([Setting("resilience.enable", True, "test")], export_env=False)
-    monitor = ResilienceMonitor("job", [], 0.05, host_ip="127.0.0.1")
+    monitor = ResilienceMonitor("job", 0.05, faults=[], host_ip="127.0.0.1")
     address = heartbeat.parse_address(monitor.address())
-    sender = heartbeat.HeartbeatSender(address, "agent_loop:0", 0.05)
+    sender = heartbeat.HeartbeatSender(address, "agent_loop:0", 0.05, monitor.sender_channel())
     try:
         sender.report("agent_loop:1", alive=False, detail="gone", pid=999_999)  # no recovery: abort
         deadline = time.monotonic() + 5
@@ -110,10 +122,11 @@ def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_
         [entry] = monitor.take()
         assert (entry["incident"]["worker"], entry["action"]) == ("agent_loop:1", "abort")
         assert monitor.take() == [] and monitor.logged() == 1
-        assert _ask(address, {"chaos": "inject", "fault": {"action": "kill", "worker": "trainer:0", "step": 9}})
-        status = _ask(address, {"chaos": "status"})
+        tool = monitor.sender_channel()
+        assert ask(address, tool, {"chaos": "inject", "fault": {"action": "kill", "worker": "trainer:0", "step": 9}})
+        status = ask(address, tool, {"chaos": "status"})
         assert set(status["workers"]) == {"agent_loop:0"} and len(status["incidents"]) == 1
-        assert monitor.faults[-1].worker == "trainer:0"
+        assert monitor.chaos.faults[-1].worker == "trainer:0" and monitor.dropped() == 0
         costs = monitor.costs()
         assert costs["monitor"] > 0 and costs["heartbeats"] > 0
     finally:
@@ -137,8 +150,8 @@ def test_the_exit_watch_reports_a_process_as_it_ends_and_sleeps_until_then():
         assert watch.wait(0.05) == []
         child.kill()  # not reaped: a zombie until wait() below
         start = time.monotonic()
-        assert watch.wait(5.0) == [(("trainer:0", child.pid), "process exited")]
-        assert time.monotonic() - start < 1.0
+        assert watch.wait(60.0) == [(("trainer:0", child.pid), "process exited")]
+        assert time.monotonic() - start < 30.0  # woken by the exit, not the timeout: no load takes 30 s
         assert watch.update({("trainer:1", sleeper.pid)}) == []  # the ended one is not watched again
         assert watch.update(set()) == [] and watch.fds == {}
         child.wait()
@@ -190,15 +203,14 @@ def test_the_chaos_tool_finds_a_rank_in_its_job_and_refuses_to_guess_between_job
 
 def test_a_sender_counts_the_cpu_its_beats_cost_and_reports_it_in_each_beat():
     """What monitoring costs is measured where it is spent, so the trainer can report it."""
-    receiver = heartbeat.HeartbeatReceiver("127.0.0.1")
-    sender = heartbeat.HeartbeatSender(heartbeat.parse_address(receiver.address), "trainer:0", 30.0)
+    receiver, sender = pair("trainer:0", 30.0)
     try:
         receive_until(receiver, lambda m: m["seq"] == 1)
         for _ in range(50):  # (few enough for the receiver's socket buffer)
             sender.beat_now()
         assert sender.cpu_s > 0
-        message, _ = receive_until(receiver, lambda m: m["seq"] == 51)
-        assert 0 < message["cpu_s"] <= sender.cpu_s
+        got = receive_until(receiver, lambda m: m["seq"] == 51)
+        assert 0 < got.message["cpu_s"] <= sender.cpu_s
     finally:
         sender.stop()
         receiver.close()
@@ -306,3 +318,19 @@ def test_heatmap_shows_the_slow_rank(tmp_path):
     assert workers == ["trainer:0", "trainer:1", "trainer:2"] and sections == ["update_actor"]
     assert [round(r[0], 2) for r in ratios] == [1.0, 1.0, 3.0]
     assert write_straggler_heatmap(events, tmp_path / "heat.png", "test").stat().st_size > 1000
+
+
+def test_the_ledger_counts_distinct_samples_and_those_trained_twice():
+    """"No sample lost or trained twice" rests on distinct keys: a sample met twice in the
+    trained batch is one sample and one duplicate, never two samples making up for a lost one."""
+    from types import SimpleNamespace
+
+    from rlweave.adapters.verl.resilient_trainer import Resilience
+
+    ledger = SimpleNamespace(submitted={"a": "3", "b": "7"})
+    keys = ["a_0", "a_1", "b_0", "b_0", "pad_0"]  # b_1 lost, b_0 twice
+    tags = [{}, {}, {}, {}, {"is_padding": True}]
+    figures = Resilience.ledger(ledger, SimpleNamespace(keys=keys, tags=tags))
+    assert (figures["samples"], figures["duplicate_samples"]) == (3.0, 1.0)
+    assert (figures["lost_groups"], figures["extra_groups"]) == (0.0, 0.0)
+    assert figures["prompts_digest"] == float(zlib.crc32(b"3,7"))

@@ -3,9 +3,10 @@ verl's synchronous trainer made to survive its faults.
 
 In every verl process it loads in, the verl adapter calls :func:`start_heartbeat`: a Ray
 actor whose name says which worker it is (verl names them) beats to the job's monitor, found in
-Ray's internal KV once the trainer has started it. The workers: trainer ranks (verl's
-``WorkerDict``, rank from ``RANK``), rollout replicas (``vllm_server_<replica>_<node>``; their
-engine process beats through rlweave's vLLM adapter), agent-loop workers and reward workers.
+Ray's internal KV with the job's channel key once the trainer has started it. The workers:
+trainer ranks (verl's ``WorkerDict``, rank from ``RANK``), rollout replicas
+(``vllm_server_<replica>_<node>``; their engine process beats through rlweave's vLLM adapter,
+on the channel the server exports to it), agent-loop workers and reward workers.
 
 :func:`install` replaces verl's ``sync`` trainer by its resilient subclass
 (:mod:`rlweave.adapters.verl.resilient_trainer`): the monitor, host-memory snapshots,
@@ -45,10 +46,10 @@ def worker_name(actor_name: str, environ: dict[str, str]) -> str | None:
     return None
 
 
-def _resolve() -> tuple[str, str, str] | str | None:
+def _resolve() -> tuple[str, str, str, heartbeat.Channel] | str | None:
     import ray
 
-    from rlweave.adapters.verl.resilience_monitor import monitor_address
+    from rlweave.adapters.verl.resilience_monitor import monitor_contact
 
     if not ray.is_initialized():
         return None
@@ -61,8 +62,11 @@ def _resolve() -> tuple[str, str, str] | str | None:
     worker = worker_name(actor, dict(os.environ))
     if worker is None:
         return heartbeat.NOT_A_WORKER
-    address = monitor_address(context.get_job_id())
-    return None if address is None else (address, worker, actor)
+    job = context.get_job_id()
+    contact = monitor_contact(job)
+    if contact is None:
+        return None
+    return contact["address"], worker, actor, heartbeat.Channel(job, bytes.fromhex(contact["key"]))
 
 
 def start_heartbeat() -> None:

@@ -20,11 +20,18 @@ between checks, so a crash is reported the moment the kernel ends the process, a
 nothing happens (polling each process's state five times a second cost more than all the rest of
 the monitor's work). A worker on another node is judged by its heartbeats alone.
 
-The chaos tool's faults are injected here, because this is where every worker's pid and
-progress meet: at the step and section a fault names, SIGKILL or SIGSTOP its process, or tell
-it (in the reply to its beat) to run ``factor`` times slower. ``rlweave chaos inject`` and
-``status`` reach a running job's monitor over the same UDP socket as the beats, at the address
-the job leaves in Ray's internal KV (which is also how senders find it).
+Who it listens to (see docs/resilience.md, "Security"): datagrams sealed with the job's key
+(:mod:`rlweave.adapters.heartbeat_channel`), which it draws at start and leaves, with its
+address, in Ray's internal KV, where the job's workers find both; it binds the one address they
+need (:func:`bind_address`). Whom it signals: a process on this node only if the kernel says it
+descends from this job's raylet and started when it did at its first beat (:class:`JobProcesses`);
+on another node, only a verl worker actor of this Ray job, through Ray. Its worker table is
+bounded, and what it refuses is counted (:meth:`ResilienceMonitor.drops`).
+
+The chaos tool's faults (:class:`rlweave.adapters.verl.chaos.FaultInjector`) exist in a job
+only if its config enables them (``rlweave.resilience.chaos=true``): without it the monitor
+never replies to a datagram, answers no ``rlweave chaos`` request (it drops and counts them),
+and fires no fault.
 
 What monitoring costs is counted where it is spent: the CPU time of the monitor's own threads,
 and each sender's, reported in its beats (:meth:`ResilienceMonitor.costs`).
@@ -32,6 +39,7 @@ and each sender's, reported in its beats (:meth:`ResilienceMonitor.costs`).
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -39,31 +47,98 @@ import socket
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import psutil
 import ray
 
-from rlweave.adapters.heartbeat import HeartbeatReceiver
+from rlweave.adapters.heartbeat import HeartbeatReceiver, Received
+from rlweave.adapters.heartbeat_channel import Channel
 from rlweave.host import get_host
 from rlweave.types import FaultSpec, Health, Heartbeat, RecoveryKind, SectionTime, WorkerIncident
 
 CONTROLLER = "controller:0"
 KV_PREFIX = "rlweave/resilience/monitor/"
+MAX_WORKERS = 1024  # worker names the table holds (a verl job has a few per GPU)
+REFUSALS = ("chaos_off", "malformed_beat", "too_many_workers", "foreign_pid", "pid_gone")
+NOT_ATTACKS = ("pid_gone",)  # a worker that ended before its first beat was read: no one's fault
+BEAT_FIELDS = {"worker": str, "pid": int, "host": str, "seq": int, "step": int, "section": str,
+               "section_s": (int, float)}
 
 
 def kv_key(job_id: str) -> bytes:
     return f"{KV_PREFIX}{job_id}".encode()
 
 
-def monitor_address(job_id: str) -> str | None:
-    """The monitor's UDP address for this Ray job, once it runs (``None`` before)."""
+def monitor_contact(job_id: str) -> dict[str, Any] | None:
+    """How to reach this Ray job's monitor once it runs (``None`` before): ``address``,
+    ``key`` (the channel's secret, hex) and whether it takes ``chaos`` requests."""
     from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_initialized
 
     if not _internal_kv_initialized():
         return None
     value = _internal_kv_get(kv_key(job_id))
-    return value.decode() if value else None
+    return json.loads(value) if value else None
+
+
+def bind_address() -> str:
+    """The one address the job's workers need: loopback when the Ray cluster is this node
+    alone, else the node's address in the cluster (the one Ray itself uses); never every
+    interface."""
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    return "127.0.0.1" if len(alive) <= 1 else ray.util.get_node_ip_address()
+
+
+def raylet_above(pid: int) -> int | None:
+    """The pid of the raylet above process ``pid``: one per node of a Ray cluster, and a verl
+    job started by ``main_ppo`` has a cluster of its own."""
+    try:
+        for parent in psutil.Process(pid).parents():
+            if Path(parent.cmdline()[0] if parent.cmdline() else "").name == "raylet":
+                return parent.pid
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        pass
+    return None
+
+
+class JobProcesses:
+    """This job's processes on this node, known by what no datagram can forge: the kernel's
+    parentage (below ``root``, this node's raylet of the job's cluster) and start time (the one a
+    pid had when admitted; a pid reused by another process has another)."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.started: dict[int, float] = {}  # admitted pid -> its start time
+
+    def admit(self, pid: int) -> str | None:
+        """Why ``pid`` is refused (``foreign_pid``: not this process nor one below ``root``;
+        ``pid_gone``: no such process), or ``None``, and it is remembered with its start time."""
+        if pid in self.started:
+            return None
+        if not psutil.pid_exists(pid):
+            return "pid_gone"
+        start = self._start_if_ours(pid)
+        if start is None:
+            return "foreign_pid"
+        self.started[pid] = start
+        return None
+
+    def still_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is the very process admitted (same start time, still below ``root``)."""
+        return pid in self.started and self._start_if_ours(pid) == self.started[pid]
+
+    def forget(self, pid: int) -> None:
+        self.started.pop(pid, None)
+
+    def _start_if_ours(self, pid: int) -> float | None:
+        try:
+            process = psutil.Process(pid)
+            if pid != os.getpid() and self.root not in {p.pid for p in process.parents()}:
+                return None
+            return process.create_time()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError):
+            return None
 
 
 def _exited(pid: int) -> str | None:
@@ -130,17 +205,19 @@ class ExitWatch:
 
 
 class ResilienceMonitor:
-    """See the module docstring. One per job, started by the resilient trainer."""
+    """See the module docstring. One per job, started by the resilient trainer. ``faults``:
+    ``None`` unless the job enabled the chaos tool (then the faults to fire, maybe none yet).
+    A test's monitor (``host_ip`` given) has no Ray: its workers are this process's
+    descendants unless ``job_root`` says whose."""
 
-    def __init__(self, job_id: str, faults: list[FaultSpec], check_s: float, host_ip: str | None = None) -> None:
+    def __init__(self, job_id: str, check_s: float, faults: list[FaultSpec] | None = None,
+                 host_ip: str | None = None, job_root: int | None = None) -> None:
         self.hook = get_host().hook
         self.host = socket.gethostname()
-        self.receiver = HeartbeatReceiver(host_ip or ray.util.get_node_ip_address())
         self.job_id = job_id
-        if host_ip is None:  # a job's monitor; a test's has no Ray
-            from ray.experimental.internal_kv import _internal_kv_put
-
-            _internal_kv_put(kv_key(job_id), self.receiver.address.encode(), overwrite=True)
+        self.channel = Channel.new(job_id)
+        self.receiver = HeartbeatReceiver(host_ip or bind_address(), self.channel)
+        self.processes = JobProcesses(job_root or (os.getpid() if host_ip else _this_jobs_raylet()))
         self.check_s = check_s
         self.lock = threading.Lock()
         self.workers: dict[str, dict[str, Any]] = {}  # name -> last beat, plus "origin"
@@ -148,14 +225,20 @@ class ResilienceMonitor:
         self.job_step, self.job_section = 0, ""
         self.log: list[dict[str, Any]] = []  # incidents and what was done, for the trainer and the bench
         self.taken = 0
-        self.faults = list(faults)
-        self.fired: list[dict[str, Any]] = []
-        self.firing: set[int] = set()  # fault indexes fired or being fired (two threads fire)
-        self.armed: dict[int, float] = {}  # fault index -> when it fires
-        self.slow: dict[str, float] = {}  # worker -> factor
         self.counters: dict[str, int] = {}
+        self.refused = dict.fromkeys(REFUSALS, 0)  # beats and requests that passed the channel, refused
         self.sender_cpu_s: dict[tuple[str, int], float] = {}  # (worker, pid) -> its sender's CPU so far
         self.thread_cpu_s: dict[str, float] = {}  # the monitor's threads' CPU so far
+        self.chaos = None
+        if faults is not None:
+            from rlweave.adapters.verl.chaos import FaultInjector
+
+            self.chaos = FaultInjector(self, faults)
+        if host_ip is None:  # a job's monitor; a test's has no Ray
+            from ray.experimental.internal_kv import _internal_kv_put
+
+            contact = {"address": self.receiver.address, "key": self.channel.key_hex(), "chaos": self.chaos is not None}
+            _internal_kv_put(kv_key(job_id), json.dumps(contact).encode(), overwrite=True)
         self.running = True
         for target in (self._receive_forever, self._check_forever):
             threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}").start()
@@ -165,10 +248,25 @@ class ResilienceMonitor:
     def address(self) -> str:
         return self.receiver.address
 
+    def sender_channel(self) -> Channel:
+        """An end of the job's channel for a sender in this process (the controller's)."""
+        return self.channel.peer()
+
     def logged(self) -> int:
         """How many incidents have been logged (taken or not)."""
         with self.lock:
             return len(self.log)
+
+    def drops(self) -> dict[str, int]:
+        """Datagrams not acted on, by reason: the channel's (unsigned, forged, replayed, stale,
+        another job's, over the rate, ...) and the monitor's own (a chaos request in a job without
+        chaos, a beat naming a process not this job's, a full worker table, a malformed beat)."""
+        return {**self.receiver.drops, **self.refused}
+
+    def dropped(self) -> int:
+        """How many datagrams were dropped for a reason that points at someone (not
+        :data:`NOT_ATTACKS`): 0 in a job nobody interferes with."""
+        return sum(n for reason, n in self.drops().items() if reason not in NOT_ATTACKS)
 
     def costs(self) -> dict[str, float]:
         """CPU seconds spent on monitoring so far: the monitor's threads (``monitor``) and every
@@ -193,12 +291,8 @@ class ResilienceMonitor:
             return {"job_step": self.job_step, "job_section": self.job_section,
                     "workers": {n: {k: w.get(k) for k in ("pid", "host", "section", "step")}
                                 for n, w in self.workers.items()},
-                    "incidents": list(self.log), "faults": list(self.fired), "counters": dict(self.counters)}
-
-    def inject(self, fault: dict[str, Any]) -> None:
-        """Add a fault (``rlweave chaos`` on a running job)."""
-        with self.lock:
-            self.faults.append(FaultSpec(**fault))
+                    "incidents": list(self.log), "faults": self.chaos.fired_list() if self.chaos else [],
+                    "counters": dict(self.counters), "dropped": self.drops()}
 
     def retire(self, names: list[str]) -> list[dict[str, Any]]:
         """The processes of ``names`` are being ended on purpose (a recovery replaces them):
@@ -233,13 +327,15 @@ class ResilienceMonitor:
             self._count_cpu("receive")
             if got is None:
                 continue
-            message, origin = got
             try:
-                if "chaos" in message:
-                    self._on_chaos(message, origin)
+                if "chaos" not in got.message:
+                    self._on_message(got)
+                elif self.chaos is None:
+                    self.refused["chaos_off"] += 1
                 else:
-                    self._on_message(message, origin)
+                    self.chaos.on_request(got)
             except Exception as error:  # a malformed beat must not stop the monitor
+                self.refused["malformed_beat"] += 1
                 print(f"rlweave resilience monitor: dropped a beat ({type(error).__name__}: {error})")
 
     def _count_cpu(self, thread: str) -> None:
@@ -247,30 +343,39 @@ class ResilienceMonitor:
         with self.lock:
             self.thread_cpu_s[thread] = time.thread_time()
 
-    def _on_chaos(self, m: dict[str, Any], origin: tuple[str, int]) -> None:
-        """``rlweave chaos`` on a running job: ``inject`` a fault, or the monitor's ``status``."""
-        if m["chaos"] == "inject":
-            self.inject(m["fault"])
-            self.receiver.reply(origin, {"injected": m["fault"]})
-        elif m["chaos"] == "status":
-            status = self.status()
-            status["incidents"] = status["incidents"][-20:]  # a datagram's worth
-            self.receiver.reply(origin, status)
+    def _admitted(self, m: dict[str, Any]) -> bool:
+        """Whether a sealed beat may enter the table: well formed, room for a new name, and a
+        process on this node that is the job's (the kernel's word, not the beat's)."""
+        if not all(isinstance(m.get(k), t) for k, t in BEAT_FIELDS.items()):
+            self.refused["malformed_beat"] += 1
+            return False
+        if m["worker"] not in self.workers and len(self.workers) >= MAX_WORKERS:
+            self.refused["too_many_workers"] += 1
+            return False
+        refusal = self.processes.admit(m["pid"]) if m["host"] == self.host else None
+        if refusal is not None:
+            self.refused[refusal] += 1
+            print(f"rlweave resilience monitor: refused a beat of {m['worker']!r} naming pid {m['pid']}: "
+                  f"{'no such process' if refusal == 'pid_gone' else 'not a process of this job'} "
+                  f"(the job's are below pid {self.processes.root})")
+            return False
+        return True
 
-    def _on_message(self, m: dict[str, Any], origin: tuple[str, int]) -> None:
-        now = time.time()
+    def _on_message(self, got: Received) -> None:
+        m, now = got.message, time.time()
+        if (m.get("worker"), m.get("pid")) in self.exited:
+            return  # a process already ended or being ended: its last words change nothing
+        if not self._admitted(m):
+            return
         name = m["worker"]
         with self.lock:
-            if (name, m["pid"]) in self.exited:
-                return  # a process already ended or being ended: its last words change nothing
             if name == CONTROLLER:
                 self.job_step, self.job_section = max(self.job_step, m["step"]), m["section"]
             step = m["step"] if m["step"] >= 0 else self.job_step
-            self.workers[name] = {**m, "step": step, "origin": origin, "seen_s": now}
+            self.workers[name] = {**m, "step": step, "origin": got.origin, "seen_s": now}
             for key, value in m.get("counters", {}).items():
                 self.counters[key] = self.counters.get(key, 0) + value
             self.sender_cpu_s[(name, m["pid"])] = float(m.get("cpu_s", 0.0))
-            reply = {"slow": self.slow[name]} if name in self.slow else None
         finished = tuple(SectionTime(**s) for s in m.get("finished", ()))
         self.hook.rlweave_heartbeat(beat=Heartbeat(
             worker=name, time_s=now, pid=m["pid"], host=m["host"], seq=m["seq"], step=step,
@@ -278,10 +383,8 @@ class ResilienceMonitor:
             finished=finished))
         for report in m.get("reports", ()):
             self._exit(report["worker"], report.get("pid", 0), report.get("detail", "reported dead"))
-        if reply is not None:
-            self.receiver.reply(origin, reply)
-        self._arm_faults(now)
-        self._fire_due_faults(now)  # a fault without a delay fires on the beat that arms it
+        if self.chaos is not None:
+            self.chaos.after_beat(got, now)
 
     def _exit(self, name: str, pid: int, detail: str) -> None:
         if (name, pid) in self.exited:
@@ -313,7 +416,8 @@ class ResilienceMonitor:
         for incidents in self.hook.rlweave_health_check(now_s=time.time()):
             for incident in incidents:
                 self._decide(incident)
-        self._fire_due_faults(time.time())
+        if self.chaos is not None:
+            self.chaos.fire_due(time.time())
 
     def _decide(self, incident: WorkerIncident) -> None:
         action = self.hook.rlweave_incident(incident=incident)
@@ -327,7 +431,8 @@ class ResilienceMonitor:
             replica = incident.worker.split("/", 1)[0]
             done = f"stopped {', '.join(self.kill_workers([n for n in self._names() if n.split('/')[0] == replica], 'replace'))}"
         entry = {"incident": _plain(asdict(incident)), "action": action.kind.value if action else None,
-                 "reason": action.reason if action else "", "done": done, "fault_s": self._fault_time(incident)}
+                 "reason": action.reason if action else "", "done": done,
+                 "fault_s": self.chaos.fault_time(incident) if self.chaos else 0.0}
         print(f"rlweave resilience: {incident.kind.value} {incident.worker} (step {incident.step}, "
               f"{incident.section or 'no section'}): {incident.detail} -> {entry['action']} {done}".rstrip())
         with self.lock:
@@ -343,11 +448,18 @@ class ResilienceMonitor:
         return w is not None and self._signal(w, sig)
 
     def _signal(self, w: dict[str, Any], sig: signal.Signals) -> bool:
-        """Send ``sig`` to a worker's process: this node's directly, another node's (SIGKILL
-        only) through Ray by its actor's name."""
+        """Send ``sig`` to a worker's process: this node's directly, if it is still the process
+        of this job admitted at its first beat; another node's (SIGKILL only) through Ray, if its
+        actor is one of verl's workers in this Ray job."""
         if w["host"] == self.host:
             if w["pid"] == os.getpid():
                 print(f"rlweave resilience monitor: not signalling {w['worker']}: it is this process (the job's)")
+                return False
+            if _exited(w["pid"]) is not None:
+                return False  # ended already (a fault, a crash): nothing to signal
+            if not self.processes.still_ours(w["pid"]):
+                print(f"rlweave resilience monitor: not signalling {w['worker']}: pid {w['pid']} is not the "
+                      f"process of this job that beat as it (below pid {self.processes.root})")
                 return False
             try:
                 os.kill(w["pid"], sig)
@@ -360,6 +472,11 @@ class ResilienceMonitor:
                     pass
             return True
         if w.get("actor") and sig == signal.SIGKILL:
+            from rlweave.adapters.verl.resilience import worker_name
+
+            if worker_name(str(w["actor"]), {}) is None:
+                print(f"rlweave resilience monitor: not killing actor {w['actor']!r}: not one of verl's workers")
+                return False
             try:
                 ray.kill(ray.get_actor(w["actor"]), no_restart=True)
                 return True
@@ -367,60 +484,21 @@ class ResilienceMonitor:
                 return False
         return False
 
-    # ------------------------------------------------------------------ chaos
 
-    def _target_in(self, fault: FaultSpec) -> bool:
-        """Whether the fault's section is running: a rollout worker's is its replica server's
-        (``generate``: requests in flight on that replica); a trainer rank's is its own; another
-        worker's is its own or the controller's stage."""
-        if not fault.section:
-            return True
-        if fault.worker.startswith("rollout:"):
-            names = [fault.worker.split("/", 1)[0]]
-        elif fault.worker.startswith("trainer:"):
-            names = [fault.worker]  # a trainer rank times its own sections: fire inside one
-        else:
-            names = [fault.worker, CONTROLLER]
-        return any(self.workers.get(n, {}).get("section") == fault.section for n in names)
-
-    def _arm_faults(self, now: float) -> None:
-        with self.lock:
-            for index, fault in enumerate(self.faults):
-                if index in self.armed or fault.action == "corrupt":
-                    continue
-                if fault.worker in self.workers and self.job_step >= fault.step and self._target_in(fault):
-                    self.armed[index] = now + fault.delay_s
-
-    def _fire_due_faults(self, now: float) -> None:
-        with self.lock:
-            due = [(i, self.faults[i]) for i, at in self.armed.items() if at <= now and i not in self.firing]
-            self.firing.update(i for i, _ in due)
-        for index, fault in due:
-            if fault.action == "slow":
-                with self.lock:
-                    self.slow[fault.worker] = fault.factor
-                ok = True
-            else:
-                ok = self._kill(fault.worker, signal.SIGKILL if fault.action == "kill" else signal.SIGSTOP, "chaos")
-            record = {"index": index, "fault": asdict(fault), "time_s": time.time(), "ok": ok,
-                      "pid": self.workers.get(fault.worker, {}).get("pid", 0), "step": self.job_step}
-            print(f"rlweave chaos: {fault.action} {fault.worker} at step {self.job_step} "
-                  f"({'done' if ok else 'failed'})")
-            with self.lock:
-                self.fired.append(record)
-
-    def _fault_time(self, incident: WorkerIncident) -> float:
-        """When a fault was injected into this worker (or its replica), 0 when none was."""
-        replica = incident.worker.split("/", 1)[0]
-        times = [f["time_s"] for f in self.fired if f["fault"]["worker"].split("/", 1)[0] == replica
-                 and f["fault"]["action"] in ("kill", "stop", "slow") and f["time_s"] <= incident.detected_s]
-        return max(times, default=0.0)
+def _this_jobs_raylet() -> int:
+    root = raylet_above(os.getpid())
+    if root is None:
+        raise RuntimeError(f"rlweave resilience: no raylet above the trainer's process ({os.getpid()}); the "
+                           "monitor signals only processes below this job's raylet, so it cannot run outside "
+                           "a Ray worker process")
+    return root
 
 
 def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Health) else v) for k, v in d.items()}
 
 
-def start_monitor(job_id: str, faults: tuple[FaultSpec, ...], check_s: float) -> ResilienceMonitor:
-    """Start this job's monitor in the caller's process (the trainer's); it listens at once."""
-    return ResilienceMonitor(job_id, list(faults), check_s)
+def start_monitor(job_id: str, check_s: float, chaos: bool, faults: tuple[FaultSpec, ...]) -> ResilienceMonitor:
+    """Start this job's monitor in the caller's process (the trainer's); it listens at once.
+    The chaos tool's faults exist only where the job's config enabled ``chaos``."""
+    return ResilienceMonitor(job_id, check_s, list(faults) if chaos else None)

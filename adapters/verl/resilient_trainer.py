@@ -126,17 +126,20 @@ class Resilience:
 
     def ledger(self, trained: Any) -> dict[str, float]:
         """Whether the step trained exactly the prompts it submitted, each with all its samples:
-        groups lost or added (a failed group that verl refilled with another prompt), samples,
-        and a digest of the prompts (their dataset indexes), equal between two runs that trained
-        the same prompts."""
-        groups: dict[str, int] = {}
+        groups lost or added (a failed group that verl refilled with another prompt), distinct
+        samples and samples trained twice (a key met again), and a digest of the prompts (their
+        dataset indexes; a CRC32, exact as a float), equal between two runs that trained the same
+        prompts."""
+        groups: dict[str, set[str]] = {}
+        trained_keys = 0
         for key, tag in zip(trained.keys, trained.tags, strict=True):
             if not tag.get("is_padding", False):
-                uid = key.split("_", 1)[0]
-                groups[uid] = groups.get(uid, 0) + 1
+                groups.setdefault(key.split("_", 1)[0], set()).add(key)
+                trained_keys += 1
         submitted, self.submitted = self.submitted, {}
         indexes = sorted(submitted.get(uid, uid) for uid in groups)
-        return {"samples": float(sum(groups.values())),
+        distinct = sum(len(keys) for keys in groups.values())
+        return {"samples": float(distinct), "duplicate_samples": float(trained_keys - distinct),
                 "lost_groups": float(len(set(submitted) - set(groups))),
                 "extra_groups": float(len(set(groups) - set(submitted))),
                 "prompts_digest": float(zlib.crc32(",".join(indexes).encode()))}
@@ -144,8 +147,9 @@ class Resilience:
     # ------------------------------------------------------------------ start and stop
 
     def start(self) -> None:
-        self.monitor = start_monitor(self.job_id, self.settings.faults, self.settings.check_s)
-        self.sender = heartbeat.start(self.monitor.address(), CONTROLLER, self.settings.heartbeat_s)
+        self.monitor = start_monitor(self.job_id, self.settings.check_s, self.settings.chaos, self.settings.faults)
+        self.sender = heartbeat.start(self.monitor.address(), CONTROLLER, self.settings.heartbeat_s,
+                                      channel=self.monitor.sender_channel())
         self.snapshots.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
@@ -479,6 +483,7 @@ class Resilience:
         sender (``heartbeat_cpu_s``)."""
         figures, self.step_figures = self.step_figures, {}
         figures["incidents"] = float(self.monitor.logged())
+        figures["dropped"] = float(self.monitor.dropped())  # datagrams refused: forged, replayed, junk
         figures[RESUBMITTED] = float(self.monitor.counters.get(RESUBMITTED, 0))
         cpu = {**self.monitor.costs(), "snapshots": self.monitor.counters.get(SNAPSHOT_US, 0) / 1e6}
         for figure, key in (("monitor_cpu_s", "monitor"), ("heartbeat_cpu_s", "heartbeats"),

@@ -39,7 +39,8 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     c = config.resilience
     settings = ResilienceSettings(heartbeat_s=c.heartbeat_s, check_s=c.check_s, snapshot_every=c.snapshot_every,
                                   snapshot_dir=c.snapshot_dir, max_recoveries=c.max_recoveries,
-                                  recovery_timeout_s=c.recovery_timeout_s, faults=parse_faults(c.faults))
+                                  recovery_timeout_s=c.recovery_timeout_s, faults=parse_faults(c.faults),
+                                  chaos=c.chaos)
     monitor = HealthMonitor(MonitorPolicy(heartbeat_s=c.heartbeat_s, safety_factor=c.safety_factor,
                                           min_timeout_s=c.min_timeout_s, initial_timeout_s=c.initial_timeout_s,
                                           section_floor_s=c.section_floor_s,
