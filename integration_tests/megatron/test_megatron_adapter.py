@@ -55,3 +55,20 @@ def test_rlweave_moe_layer_equals_megatron_and_reports_routing(world_size, tmp_p
 def test_disabled_spec_is_megatrons_own(tmp_path):
     ranks = run_ranks(1, tmp_path)
     assert ranks[0]["class"] == "MoELayer" and not ranks[0]["host_active"]
+
+
+@pytest.mark.timeout(300)
+def test_a_megatron_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate):
+    """Megatron's spec provider (``layer_spec``) with a plugin on and the installed version read
+    as one just outside ``rlweave.frameworks``' range; with rlweave off it is never checked."""
+    from rlweave.frameworks import FRAMEWORKS
+
+    outside, run = version_gate
+    build = "from rlweave.adapters.megatron import layer_spec; layer_spec(num_experts=4); print('built')"
+    for version in outside("megatron-core"):
+        proc = run("megatron-core", version, build, RLWEAVE__TRACING__ENABLE="true")
+        assert proc.returncode != 0, f"megatron-core {version} was accepted"
+        assert (f"megatron-core {version} is not supported by rlweave "
+                f"(supported: {FRAMEWORKS['megatron-core'].supported_range})") in proc.stderr
+    off = run("megatron-core", outside("megatron-core")[0], build)
+    assert off.returncode == 0 and off.stdout.strip() == "built", off.stderr[-3000:]

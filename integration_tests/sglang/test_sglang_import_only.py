@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+# SGLang 0.5.12 imports torchvision (a CUDA build on PyPI) from `import sglang`: stand-ins
+# for its GPU-only imports first (cuda_stand_ins.py; unused where a version does not import them).
 LOAD = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import cuda_stand_ins; "
     "from sglang.srt.plugins import load_plugins; load_plugins(); "
     "import rlweave.adapters.sglang as a; from rlweave.host import get_host; "
     "print(a._registered, get_host().active)"
@@ -30,3 +34,18 @@ def test_import_only_sglang_plugin_loader_runs_rlweave_adapter(tmp_path):
 
 def test_import_only_disabled_adapter_does_nothing():
     assert run() == "False False"
+
+
+def test_import_only_an_sglang_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate):
+    """SGLang's own plugin loader, with the installed version read as one just outside
+    ``rlweave.frameworks``' range (below it, its excluded upper bound): the adapter refuses with
+    the supported range and the fix, and registers nothing. (SGLang's loader logs a plugin's
+    error and goes on, so the process itself does not stop.)"""
+    from rlweave.frameworks import FRAMEWORKS
+
+    outside, run_with = version_gate
+    for version in outside("sglang"):
+        proc = run_with("sglang", version, LOAD, RLWEAVE__TRACING__ENABLE="true")
+        assert (f"sglang {version} is not supported by rlweave "
+                f"(supported: {FRAMEWORKS['sglang'].supported_range})") in proc.stderr
+        assert proc.stdout.split()[:1] == ["False"], f"sglang {version} was accepted: {proc.stdout}"

@@ -3,7 +3,10 @@ EngineCore process and leaves greedy tokens unchanged, even when a plugin reorde
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,19 +52,35 @@ def test_bad_flag_stops_the_engine_with_a_clear_error():
     assert "allowed: true or false" in info.value.stderr
 
 
+# In a fresh process (an earlier test's engine arguments already load the general plugins in
+# this one): vLLM loads its general plugins, rlweave's among them, with no RLWEAVE__* setting.
+OFF_PROBE = """
+import json, sys
+from vllm.config.scheduler import SchedulerConfig
+from vllm.plugins import load_general_plugins, load_plugins_by_group
+from rlweave.host import get_host
+{before}
+load_general_plugins()
+method = SchedulerConfig.get_scheduler_cls
+print(json.dumps(dict(plugins=sorted(load_plugins_by_group("vllm.general_plugins")),
+                      module=method.__module__, qualname=method.__qualname__,
+                      active=get_host().active, rlweave=sorted(m for m in sys.modules if m.startswith("rlweave.")))))
+"""
+
+
+def off_probe(before: str = "") -> dict:
+    proc = subprocess.run([sys.executable, "-c", OFF_PROBE.format(before=before)], env=engine_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.timeout(300)
 def test_disabled_means_vllm_scheduler_is_untouched():
-    from vllm.config.scheduler import SchedulerConfig
-    from vllm.plugins import load_general_plugins
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-
-    from rlweave.adapters.vllm.scheduler import rlweave_scheduler_for
-    from rlweave.host import get_host
-
-    original = SchedulerConfig.get_scheduler_cls
-    load_general_plugins()  # loads rlweave's entry point, which must do nothing
-    assert not get_host().active
-    assert SchedulerConfig.get_scheduler_cls is original
-    assert rlweave_scheduler_for(AsyncScheduler) is AsyncScheduler
+    off = off_probe()
+    assert "rlweave" in off["plugins"] and not off["active"]  # the entry point ran, and did nothing
+    assert (off["module"], off["qualname"]) == ("vllm.config.scheduler", "SchedulerConfig.get_scheduler_cls")
+    assert not any(m.startswith("rlweave.patches.") or m.startswith("rlweave.plugins.") for m in off["rlweave"])
 
 
 def test_cpu_idle_spin_patch_shortens_the_readers_busy_loop_and_reverts(tmp_path):
@@ -85,3 +104,18 @@ def test_cpu_idle_spin_patch_shortens_the_readers_busy_loop_and_reverts(tmp_path
         assert writer.busy_loop_s == 0
     finally:
         context.destroy(linger=0)
+
+
+@pytest.mark.timeout(600)
+def test_a_vllm_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate):
+    """vLLM's own plugin loader, with the installed version read as one just outside
+    ``rlweave.frameworks``' range (below it, its excluded upper bound): one clear refusal."""
+    from rlweave.frameworks import FRAMEWORKS
+
+    outside, run = version_gate
+    for version in outside("vllm"):
+        proc = run("vllm", version, "from vllm.plugins import load_general_plugins; load_general_plugins()",
+                   RLWEAVE__TRACING__ENABLE="true")
+        assert proc.returncode != 0, f"vllm {version} was accepted"
+        assert (f"vllm {version} is not supported by rlweave "
+                f"(supported: {FRAMEWORKS['vllm'].supported_range})") in proc.stderr
