@@ -61,7 +61,9 @@ def step_routing(opts: argparse.Namespace, step: int, skewed: bool) -> np.ndarra
     from rlweave.benchmarks.moe import synthetic_trace
 
     if skewed and opts.trace:
-        ids = np.load(opts.trace)["topk_ids"]
+        # Any integer dtype is a valid trace (a routing capture stores int16 to save memory);
+        # Megatron's RouterReplay gathers with these ids, and torch's gather takes only int64.
+        ids = np.load(opts.trace)["topk_ids"].astype(np.int64)
         if ids.shape[2] != opts.top_k or ids.max() >= opts.experts:
             raise SystemExit(f"rlweave: --experts {opts.experts} --top-k {opts.top_k} do not describe {opts.trace} "
                              f"(top-{ids.shape[2]} over {int(ids.max()) + 1} experts)")

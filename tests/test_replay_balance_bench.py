@@ -87,3 +87,21 @@ def test_a_malformed_trace_is_one_line_naming_the_file(tmp_path, arrays, message
     with pytest.raises(SystemExit, match=message) as error:
         moe.load_trace(tmp_path / "bad.npz", 64)
     assert "bad.npz" in str(error.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint8, np.int32])
+def test_the_measured_part_replays_a_trace_of_any_integer_dtype_as_gather_indices(tmp_path, dtype):
+    """A routing capture may store int16 ids; Megatron's RouterReplay gathers with what the
+    measured part hands it, and torch's gather takes int64 only."""
+    import torch
+
+    from rlweave.benchmarks import moe_measured
+
+    ids = fine_grained_trace(tmp_path / "wide.npz", experts=8, top_k=2)
+    np.savez(tmp_path / "narrow.npz", topk_ids=ids.astype(dtype), microbatch_offsets=np.array([0, 256, 512]))
+    opts = moe_measured.parse([str(tmp_path / "out.json"), "--trace", str(tmp_path / "narrow.npz"),
+                               "--tokens", "128", "--micro-batches", "2"])
+    routing = moe_measured.step_routing(opts, 0, skewed=True)
+    np.testing.assert_array_equal(routing, ids[:256, 0])
+    scores = torch.arange(256 * 8, dtype=torch.float32).reshape(256, 8)
+    torch.gather(scores, 1, torch.as_tensor(routing))  # raises for any index dtype but int64
