@@ -48,6 +48,7 @@ def test_a_misspelt_flag_stops_verls_own_trainer_with_one_clear_message():
     assert proc.returncode != 0
     assert "rlweave: unknown option 'rlweave.tracing.enabel'" in proc.stderr
     assert "Options of rlweave.tracing: enable, dir" in proc.stderr
+    assert "Traceback" not in proc.stderr  # the message alone, not buried in a stack
 
 
 @pytest.mark.timeout(200)
@@ -141,3 +142,18 @@ def test_without_the_flag_verl_builds_its_own_balancer():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["acquire_fields"] == []
     assert all(len(set(servers)) == 1 for servers in out["turns"].values())  # sticky
+
+
+@pytest.mark.timeout(600)
+def test_a_verl_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate):
+    """``import verl`` (verl's plugin loader), with the installed version read as one just
+    outside ``rlweave.frameworks``' range: rlweave stops the process with one clear message."""
+    from rlweave.frameworks import FRAMEWORKS
+
+    outside, run = version_gate
+    for version in outside("verl"):
+        proc = run("verl", version, "import verl", RLWEAVE__TRACING__ENABLE="true", RAY_AUTH_MODE="disabled")
+        assert proc.returncode != 0, f"verl {version} was accepted"
+        assert (f"rlweave: verl {version} is not supported by rlweave "
+                f"(supported: {FRAMEWORKS['verl'].supported_range})") in proc.stderr
+        assert "Traceback" not in proc.stderr
