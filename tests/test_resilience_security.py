@@ -276,3 +276,23 @@ def test_the_monitor_binds_only_the_address_it_is_given():
         assert monitor.receiver._sock.getsockname()[0] == LOOPBACK
     finally:
         monitor.stop()
+
+
+def test_the_chaos_tool_refuses_a_job_started_without_it(monkeypatch):
+    """``rlweave chaos inject|status`` reads the job's contact from Ray's KV and refuses before
+    sending anything when the job has no chaos tool; with it, it gets the job's channel."""
+    import ray
+    from ray.experimental import internal_kv
+
+    from rlweave.adapters.verl import chaos
+    from rlweave.adapters.verl.resilience_monitor import KV_PREFIX
+
+    contact = {"address": "127.0.0.1:9", "key": os.urandom(32).hex(), "chaos": False}
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(internal_kv, "_internal_kv_list", lambda prefix: [f"{KV_PREFIX}job-a".encode()])
+    monkeypatch.setattr(internal_kv, "_internal_kv_get", lambda key: json.dumps(contact).encode())
+    with pytest.raises(SystemExit, match=r"without the chaos tool.*\+rlweave.resilience.chaos=true"):
+        chaos.status()
+    contact["chaos"] = True
+    address, channel = chaos._monitor("auto")
+    assert address == ("127.0.0.1", 9) and channel.job == "job-a" and channel.key_hex() == contact["key"]
