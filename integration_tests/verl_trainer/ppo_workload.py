@@ -8,7 +8,10 @@ samples arrive in, so a run that streams or reorders them is comparable to float
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from rlweave.benchmarks.verl_runs import VerlRun
 
 SAMPLES = 8
 COMMON = (f"data.train_batch_size={SAMPLES}", "actor_rollout_ref.rollout.n=1",
@@ -38,4 +41,18 @@ ROLLOUT_PLUGINS = (*SCHEDULING_PLUGINS, *RLWEAVE_AGENT_LOOP)
 
 def ppo_extra(workdir: Path, critic: Path) -> tuple[str, ...]:
     """The overrides of one run of the workload, its rollouts dumped under ``workdir``."""
-    return (*COMMON, f"critic.model.path={critic}", f"trainer.rollout_data_dir={workdir / 'rollouts'}")
+    return (*COMMON, f"critic.model.path={critic}", dump_rollouts(workdir))
+
+
+def dump_rollouts(workdir: Path) -> str:
+    """verl's own override that writes each step's trained samples to ``workdir/rollouts``."""
+    return f"trainer.rollout_data_dir={workdir / 'rollouts'}"
+
+
+def rollout_dump(run: VerlRun, step: int) -> list[tuple[str, str, float]]:
+    """The samples verl trained on in ``step`` (prompt, response, reward), sorted: what verl's
+    ``rollout_data_dir`` dump holds, independent of rlweave's own counters."""
+    path = run.checkpoint_dir.parent / "rollouts" / f"{step}.jsonl"
+    assert path.is_file(), f"verl wrote no rollout dump for step {step} at {path}"
+    rows = [json.loads(line) for line in path.open()]
+    return sorted((r["input"], r["output"], r["score"]) for r in rows)

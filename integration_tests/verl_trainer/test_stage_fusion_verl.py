@@ -15,11 +15,10 @@ losses of one optimizer step).
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
-from ppo_workload import LENGTHS, RLWEAVE_AGENT_LOOP, SAMPLES, ppo_extra
+from ppo_workload import LENGTHS, RLWEAVE_AGENT_LOOP, SAMPLES, ppo_extra, rollout_dump
 
 from rlweave.benchmarks.verl_runs import VerlRun, run_verl
 
@@ -29,15 +28,12 @@ MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 
 
 # Step metrics computed over the whole batch from what inference wrote per sample: rewards,
 # values (the critic's), GAE's advantages and returns, the losses of the one optimizer step
-# (ppo_kl 0 where the old log-probs are the actor's own, kl_loss 0 where the reference's are).
-COMPARED = ("critic/score/mean", "critic/values/mean", "critic/advantages/mean", "critic/advantages/max",
-            "critic/advantages/min", "critic/returns/mean", "actor/pg_loss", "actor/ppo_kl", "actor/kl_loss",
-            "critic/vf_loss", "response_length/mean")
-
-
-def dump(run: VerlRun, step: int) -> list[tuple[str, str, float]]:
-    rows = [json.loads(line) for line in (run.checkpoint_dir.parent / "rollouts" / f"{step}.jsonl").open()]
-    return sorted((r["input"], r["output"], r["score"]) for r in rows)
+# (pg_loss about 1.6e-4 here, ppo_kl about 1e-4, kl_loss 0 where the reference is the actor),
+# each within a relative tolerance only. Not the advantages' mean: GAE's whitening makes it a
+# cancelling sum of float noise near 1e-8, which no tolerance can judge.
+COMPARED = ("critic/score/mean", "critic/values/mean", "critic/advantages/max", "critic/advantages/min",
+            "critic/returns/mean", "actor/pg_loss", "actor/ppo_kl", "actor/kl_loss", "critic/vf_loss",
+            "response_length/mean")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +64,7 @@ def test_fused_ppo_trains_every_sample_once_and_migrates_the_tail(runs):
 def test_migrated_samples_are_token_identical_to_verls(runs):
     verl, fused = runs
     for step in (1, 2):  # every prompt's greedy response and reward, migrated or not
-        assert dump(fused, step) == dump(verl, step), step
+        assert rollout_dump(fused, step) == rollout_dump(verl, step), step
 
 
 @pytest.mark.timeout(60)
@@ -76,4 +72,4 @@ def test_inference_per_sample_equals_verls_batch_computation(runs):
     verl, fused = runs
     for key in COMPARED:
         expected, got = verl.steps[1][key], fused.steps[1][key]
-        assert got == pytest.approx(expected, rel=2e-3, abs=1e-5), key
+        assert got == pytest.approx(expected, rel=2e-3, abs=0), key
