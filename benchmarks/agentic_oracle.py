@@ -80,9 +80,10 @@ def expected_remaining_turns(p: TrajectoryParameters, done: int) -> float:
 class InformedOrchestrator(TrajectoryOrchestrator):
     """rlweave's orchestrator told each trajectory's generative parameters (its prompt's
     difficulty, its verbosity, its prompt's tool speed, its sandbox's speed distribution, its
-    chance of being deep) but none of its draws: turns are expected given the turns survived, and the sandbox's speed is inferred
-    from the tool calls made so far as a Bayesian knowing the prior would. The ceiling of any
-    predictor on a synthetic shape; a benchmark construct, simulated only."""
+    chance of being deep) but none of its draws: turns are expected given the turns survived,
+    and the sandbox's speed is inferred from the tool calls made so far as a Bayesian knowing
+    the prior would. The ceiling of prediction on a synthetic shape (an index policy on the true
+    law's expected remaining time, not a proven optimum); a benchmark construct, simulated only."""
 
     def __init__(self, cost: EngineCostModel, truth: Mapping[str, Trajectory],
                  parameters: Mapping[str, TrajectoryParameters]) -> None:
