@@ -372,6 +372,31 @@ def test_every_workload_shape_is_seeded_and_revisits_its_prompts(workload: str) 
     assert not {t.group for t in previous_step(0, workload, history="new-prompts")} & {t.group for t in batch}
 
 
+def test_mixtures_of_depths_draw_depth_per_sample_and_share_it_only_where_grouped() -> None:
+    from rlweave.benchmarks.agentic_workload import synthetic_with_parameters
+
+    def by_prompt(workload: str) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for seed in range(4):
+            for t, p in synthetic_with_parameters(seed, workload=workload):
+                out.setdefault(f"{seed}-{t.group}", []).append(p)
+        return out
+
+    # depth-mix: one chance for every sample, a coin flip each; shallow totals are memoryless.
+    flat = [p for ps in by_prompt("depth-mix").values() for p in ps]
+    assert {p.deep_chance for p in flat} == {0.08} and 0 < sum(p.deep for p in flat) < len(flat) / 4
+    # depth-mix-grouped: a chance and a tool speed per prompt, shared by its samples, differing
+    # between prompts; a prompt's samples that are not deep stop within 3 turns.
+    grouped = by_prompt("depth-mix-grouped")
+    assert all(len({(p.deep_chance, p.shape.tool_median_s) for p in ps}) == 1 for ps in grouped.values())
+    chances = sorted(ps[0].deep_chance for ps in grouped.values())
+    assert chances[len(chances) // 2] < 0.1 and chances[-1] > 0.8
+    assert len({ps[0].shape.tool_median_s for ps in grouped.values()}) == len(grouped)
+    pairs = [tp for seed in range(4) for tp in synthetic_with_parameters(seed, workload="depth-mix-grouped")]
+    assert all(len(t.turn_tokens) <= 3 for t, p in pairs if not p.deep)
+    assert all(len(t.turn_tokens) >= 10 for t, p in pairs if p.deep)
+
+
 def test_trace_round_trip_and_bad_lines_name_file_line_and_fields(tmp_path) -> None:
     workload = synthetic(1, prompts=2, group=2)
     dump_trace(workload, tmp_path / "w.jsonl")
