@@ -2,9 +2,8 @@
 one JSON line of findings. No SGLang server can start here (no GPU, no SGLang CPU kernels), so
 two stand-ins are used, and only for that:
 
-- ``torchvision``: importing SGLang's engine imports torchvision, whose PyPI wheels for this
-  torch are CUDA builds that cannot load on CPU torch. Mock modules stand in for it; nothing
-  checked here calls it.
+- SGLang's GPU-only imports (``torchvision``; on 0.5.12 also ``sgl_kernel``): mock modules
+  from :mod:`cuda_stand_ins` stand in for them; nothing checked here calls them.
 - the engine behind verl's server object: a tokenizer manager that records the request verl
   hands to SGLang (the real ``GenerateReqInput``) and answers with two tokens.
 """
@@ -12,31 +11,12 @@ two stand-ins are used, and only for that:
 from __future__ import annotations
 
 import asyncio
-import importlib.abc
-import importlib.machinery
 import inspect
 import json
-import sys
 from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
-
-class _TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name.split(".")[0] != "torchvision":
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return mock.MagicMock(name=spec.name, __path__=[], __spec__=spec, __version__="0.28.0")
-
-    def exec_module(self, module: Any) -> None:
-        pass
-
-
-sys.meta_path.insert(0, _TorchvisionStandIn())
-
+import cuda_stand_ins  # noqa: F401 (installs the stand-ins; this script's folder is on sys.path)
 import verl.workers.rollout.llm_server as client_module  # noqa: E402
 import verl.workers.rollout.sglang_rollout.async_sglang_server as server_module  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -140,7 +120,9 @@ async def main() -> dict[str, Any]:
 
     flags = (await launched_engine_kwargs("priority"))["sglang"]
     out["server_args_priority"] = flags
-    args = ServerArgs(model_path="m", **flags)
+    # "dummy": SGLang 0.5.12 resolves the model and the accelerator in ServerArgs.__post_init__
+    # (none here) and skips that for this name; 0.5.23 resolves nothing at construction.
+    args = ServerArgs(model_path="dummy", **flags)
     out["sglang_server_args"] = [args.enable_priority_scheduling, args.schedule_low_priority_values_first,
                                  args.default_priority_value]
     out["server_args_user_wins"] = (await launched_engine_kwargs(
