@@ -74,7 +74,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   "vllm.general_plugins", "vLLM engines", "VLLM_PLUGINS"),
         Framework("megatron-core", ("megatron-core",), ">=0.19.0,<0.20",
                   "rlweave.adapters.megatron", "layer_spec()", "Megatron layers"),
-        Framework("sglang", ("sglang",), ">=0.5.23,<0.6", "rlweave.adapters.sglang",
+        Framework("sglang", ("sglang",), ">=0.5.12,<0.6", "rlweave.adapters.sglang",
                   "sglang.srt.plugins", "SGLang engines", "SGLANG_PLUGINS"),
     )
 }
