@@ -32,7 +32,7 @@ run_side_by_side() {  # run_side_by_side "GROUP ARGS; GROUP ARGS" ...
 run_group unit .venv tests
 run_group verl .venv integration_tests/verl
 run_side_by_side "vllm .venv-vllm integration_tests/vllm" \
-    "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang"
+    "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang; sglang0512 .venv-sglang0512 integration_tests/sglang"
 run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
 
 echo

