@@ -55,8 +55,14 @@ class _Planned:
         return plans[key]
 
     def _overlap_applies(self) -> bool:
-        return (self.sequence_parallel and not self.explicit_expert_comm and self.gtp_remat_size == 1
+        return (self.sequence_parallel and not self.explicit_expert_comm and _gtp_remat_size(self) == 1
                 and self.config._cpu_offloading_context is None and self.tp_group.size() > 1)
+
+
+def _gtp_remat_size(linear: Any) -> int:
+    """Megatron compat: megatron-core 0.19 added GTP weight remat (``gtp_remat_size``); 0.18's
+    linears have no such attribute and never remat, which is size 1."""
+    return getattr(linear, "gtp_remat_size", 1)
 
 
 class OverlapColumnParallelLinear(_Planned, ColumnParallelLinear):
