@@ -13,9 +13,10 @@ critic in ``test_stage_fusion_verl.py``.)
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
-from ppo_workload import SCHEDULING_PLUGINS
+from ppo_workload import SCHEDULING_PLUGINS, dump_rollouts, rollout_dump
 
 from rlweave.benchmarks.verl_runs import run_verl
 from rlweave.tracing import load_events
@@ -35,6 +36,17 @@ SIBLINGS = [[4, 100], [6, 8]] * 8
 FAST_LR = ("actor_rollout_ref.actor.optim.lr=0.01",)
 
 
+def assert_each_sample_trained_once(run, steps: int) -> None:
+    """From verl's own dump of what each step trained on, not from rlweave's counters: the run's
+    prompts are as many as it submitted (PROMPTS a step, none of the dataset's repeated within
+    these steps), and each was trained on exactly N times (its GRPO group, whole), in one step."""
+    trained = {step: Counter(prompt for prompt, _, _ in rollout_dump(run, step)) for step in range(1, steps + 1)}
+    for step, prompts in trained.items():
+        assert len(prompts) == PROMPTS and set(prompts.values()) == {N}, (step, prompts)
+    every = [prompt for prompts in trained.values() for prompt in prompts]
+    assert len(set(every)) == len(every) == steps * PROMPTS, "a prompt trained in two steps"
+
+
 @pytest.mark.timeout(700)
 def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tmp_path):
     """A standalone rollout pool (one core of its own), old log-probs recomputed by the trainer
@@ -43,10 +55,11 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
     so they stay those of the rollout even at a learning rate that moves the policy far in one
     step: still on-policy. The next step's prompts go out when the step's last sample is in.
     Heddle and FastServe run in the same job: the plugins compose."""
-    run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600,
-                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS, output_lens=SKEWED, pin_cores=True)
+    run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600, output_lens=SKEWED,
+                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS + (dump_rollouts(tmp_path),), pin_cores=True)
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2]
+    assert_each_sample_trained_once(run, 2)
     for step, m in run.steps.items():
         assert m["rlweave/stream/samples"] == PROMPTS * N and m["rlweave/stream/groups"] == PROMPTS, step
         assert m["rlweave/stream/staleness_0"] == PROMPTS * N and m["rlweave/stream/staleness_max"] == 0
@@ -85,10 +98,12 @@ def test_disaggregated_async_stays_within_one_version_and_drops_no_tail_group(tm
     the standalone replica through rlweave's gloo checkpoint engine: verl maps only Qwen-style
     MoE names, and rlweave's verl_mixtral_weight_names patch makes them load into vLLM's
     Mixtral (otherwise the first push hangs)."""
-    run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600, extra=STREAMED_UPDATES,
-                   output_lens=SIBLINGS, pin_cores=True, model_name="tiny-mixtral")
+    run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600,
+                   extra=(*STREAMED_UPDATES, dump_rollouts(tmp_path)), output_lens=SIBLINGS, pin_cores=True,
+                   model_name="tiny-mixtral")
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2, 3]
+    assert_each_sample_trained_once(run, 3)
     for step, m in run.steps.items():
         assert m["rlweave/stream/samples"] == PROMPTS * N and m["rlweave/stream/groups"] == PROMPTS, step
         # each sibling got its own forced length: the first sibling's alone would cap the max at 6
