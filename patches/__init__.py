@@ -51,7 +51,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="vllm_scheduler_cls",
         framework="vllm",
-        versions=SpecifierSet(">=0.32.0,<0.33"),
+        versions=SpecifierSet(">=0.24.0,<0.35"),
         target="vllm.config.scheduler.SchedulerConfig.get_scheduler_cls",
         why="EngineCore builds rlweave's scheduler subclass when a plugin uses engine hooks and no scheduler_cls is set",
     ),
@@ -131,7 +131,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="vllm_cpu_keep_weights",
         framework="vllm",
-        versions=SpecifierSet(">=0.32.0,<0.33"),
+        versions=SpecifierSet(">=0.24.0,<0.35"),  # same target shape 0.24-0.34; engine-run on 0.32
         target="vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm",
         why="vllm-cpu drops linear weights after packing them, so RL weight updates fail",
         groups=(VERL_CPU,),
@@ -139,15 +139,16 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         name="vllm_pause_generation_compat",
         framework="vllm",
-        versions=SpecifierSet(">=0.32.0,<0.33"),
+        versions=SpecifierSet(">=0.24.0,<0.35"),
         target="vllm.v1.engine.async_llm.AsyncLLM.pause_generation",
-        why="verl 0.9 passes wait_for_inflight_requests, which vLLM 0.32 removed",
-        groups=(VERL_CPU,),
+        why="verl 0.9 passes wait_for_inflight_requests, which later vLLMs (0.32-0.34) removed; "
+            "wraps only a pause_generation without it, on any platform",
+        groups=(VERL_CPU, PLUGINS),
     ),
     Patch(
         name="vllm_cpu_idle_spin",
         framework="vllm",
-        versions=SpecifierSet(">=0.32.0,<0.33"),
+        versions=SpecifierSet(">=0.24.0,<0.35"),  # same target shape 0.24-0.34; engine-run on 0.32
         target="vllm.distributed.device_communicators.shm_broadcast.SpinCondition.__init__",
         why="vLLM's workers spin for 1 s after each engine step, which on CPU takes the cores the trainer needs",
         groups=(VERL_CPU,),

