@@ -143,7 +143,7 @@ def plan_through_hooks(ids: np.ndarray, offsets: np.ndarray, experts: int, ep: i
     current = ExpertPlacement(np.repeat(p2l[None], layers, axis=0), np.repeat(share[None], layers, axis=0))
     start = time.perf_counter()
     step = host.hook.rlweave_expert_step_placement(trace=RoutingTrace(ids, tuple(int(o) for o in offsets), "bench"),
-                                                   topology=topology, current=current)
+                                                   topology=topology, current=current, group_loads=None)
     step = current if step is None else step
     microbatches = []
     for layer in range(layers):

@@ -90,14 +90,15 @@ def test_step_placement_moves_owners(enabled):
     topology = topology_of(host, expert_bytes=16_384)
     trace = skewed_trace(np.random.default_rng(1), 512, micro_batches=2)
     placement = host.hook.rlweave_expert_step_placement(trace=trace, topology=topology,
-                                                        current=static_current(topology))
+                                                        current=static_current(topology), group_loads=None)
     p2l = placement.physical_to_logical[0]
     home = home_of(p2l, topology)
     assert home[0] != home[1]  # the two hot experts no longer share a rank
     np.testing.assert_allclose(np.bincount(p2l[p2l >= 0], weights=placement.token_share[0][p2l >= 0]), 1.0)
     # Moving 34 MB experts across nodes does not pay for 1k tokens: the placement stays.
     costly = topology_of(host, expert_bytes=0)
-    kept = host.hook.rlweave_expert_step_placement(trace=trace, topology=costly, current=static_current(costly))
+    kept = host.hook.rlweave_expert_step_placement(trace=trace, topology=costly, current=static_current(costly),
+                                                   group_loads=None)
     np.testing.assert_array_equal(kept.physical_to_logical, static_current(costly).physical_to_logical)
 
 
@@ -111,7 +112,7 @@ def test_step_placement_keeps_replicas_of_experts_hot_all_step(enabled):
     partner = (ids + 1 + rng.integers(0, 7, ids.size)) % 8  # a distinct second expert
     trace = RoutingTrace(np.stack([ids, partner], axis=1)[:, None, :], tuple(np.arange(5) * 512))
     placement = host.hook.rlweave_expert_step_placement(trace=trace, topology=topology,
-                                                        current=static_current(topology))
+                                                        current=static_current(topology), group_loads=None)
     p2l = placement.physical_to_logical[0]
     assert 0 in p2l[[4, 9]]  # a spare slot holds expert 0 for the whole step
 
@@ -124,3 +125,32 @@ def test_home_layout_and_home_of_round_trip():
     np.testing.assert_array_equal(home_of(p2l, topology), home)
     with pytest.raises(PlanError, match="every rank 4 experts"):
         home_layout(np.zeros(8, dtype=int), topology)
+
+
+def test_step_placement_plans_from_the_group_loads_so_every_ep_group_gets_the_same(enabled):
+    """Two EP groups of one expert-data-parallel group see different tokens (hot experts on
+    different ranks); given the loads summed over the group, both get one plan, the plan of a
+    trace with those loads."""
+    from rlweave.plugins.replay_balance.loads import expert_loads
+
+    host = enabled(ranks_per_node=1, slots_per_rank=5)
+    topology = topology_of(host, expert_bytes=16_384)
+    first = skewed_trace(np.random.default_rng(1), 512, micro_batches=2)
+    second = RoutingTrace(7 - first.topk_ids, first.microbatch_bounds)  # rank 1's experts hot instead
+    both = RoutingTrace(np.concatenate([first.topk_ids[:512], second.topk_ids[:512],
+                                        first.topk_ids[512:], second.topk_ids[512:]]), (0, 1024, 2048))
+    loads = expert_loads(both.topk_ids, both.microbatch_bounds, 8)
+    current = static_current(topology)
+
+    def plan(trace, group_loads):
+        return host.hook.rlweave_expert_step_placement(trace=trace, topology=topology, current=current,
+                                                       group_loads=group_loads)
+
+    apart = [plan(t, None) for t in (first, second)]
+    assert not np.array_equal(apart[0].physical_to_logical, apart[1].physical_to_logical)
+    together = [plan(t, loads) for t in (first, second)]
+    reference = plan(both, None)
+    for placement in together:
+        np.testing.assert_array_equal(placement.physical_to_logical, reference.physical_to_logical)
+        np.testing.assert_array_equal(placement.token_share, reference.token_share)
+

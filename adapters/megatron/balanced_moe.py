@@ -21,6 +21,11 @@ gradient is added into the owner's ``.grad`` and the slot is emptied. An optimiz
 that is caught: the next forward finds the owners' weights changed and raises, and so does the
 next ``rebalance_step`` when only some of the announced backward passes ran.
 
+One home layout per expert-data-parallel group: its ranks hold the same slots, and Megatron
+reduces (DDP) or shards (distributed optimizer) each slot's gradient over them, so the step plan
+comes from the step's loads summed over that group and is the same in every EP group of it.
+Replicas fold into their owners before that reduction.
+
 Per micro-batch and layer (``route``):
 1. the routing of the whole EP group is gathered and handed to
    ``rlweave_expert_microbatch_placement`` with the step's layout, which may put further
@@ -145,6 +150,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self.topology = topology
         self.home_slots = experts // ep_size
         self.ep_rank = pg_collection.ep.rank()
+        self.expt_dp_group = _expert_data_parallel_group(pg_collection)
         static = np.arange(experts)
         self.physical_to_logical = np.full(topology.num_ranks * topology.slots_per_rank, -1)
         self.physical_to_logical[self._home_slot_ids()] = static  # Megatron's contiguous layout
@@ -437,6 +443,17 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         return moved
 
 
+def _expert_data_parallel_group(pg_collection: Any) -> dist.ProcessGroup:
+    """The group whose ranks hold the same expert slots (Megatron reduces slot gradients and
+    shards optimizer state over it): the layer's own, else Megatron's global one."""
+    group = getattr(pg_collection, "expt_dp", None)
+    if group is None:
+        from megatron.core import parallel_state
+
+        group = parallel_state.get_expert_data_parallel_group(with_gtp_remat=False)
+    return group
+
+
 def _expert_bytes(config: Any) -> int:
     """Bytes of one SequentialMLP expert's weights: fc1 [F (x2 gated), H] and fc2 [H, F]."""
     ffn = config.moe_ffn_hidden_size or config.ffn_hidden_size
@@ -488,6 +505,30 @@ def _gather_layers(layers: list[ReplayBalancedMoELayer], topk_ids: np.ndarray) -
     return [r.reshape(len(r), *topk_ids.shape[1:]) for r in rows]
 
 
+def _group_loads(step_ids: np.ndarray, offsets: list[int], experts: int, group: dist.ProcessGroup,
+                 device: torch.device) -> np.ndarray:
+    """Tokens per expert [M, layers, E] of the step's micro-batches summed over the expert-data-
+    parallel group: every EP group of it gets the same loads, hence the same plan. Its ranks
+    hold the same slots and Megatron sums (DDP) or shards (distributed optimizer) each slot over
+    them, so a slot must hold the same expert in every EP group, or different experts'
+    gradients would be added together."""
+    m, layers = len(offsets) - 1, step_ids.shape[1]
+    loads = np.zeros((m, layers, experts), dtype=np.int64)
+    for i in range(m):
+        for layer in range(layers):
+            loads[i, layer] = np.bincount(step_ids[offsets[i] : offsets[i + 1], layer].ravel(), minlength=experts)
+    if dist.get_world_size(group) == 1:
+        return loads
+    shape = torch.tensor([m, -m], device=device)
+    dist.all_reduce(shape, op=dist.ReduceOp.MAX, group=group)
+    if int(shape[0]) != -int(shape[1]):
+        raise PlacementError(f"every expert-data-parallel replica must run the same number of micro-batches in a "
+                             f"step; they run {-int(shape[1])} to {int(shape[0])} (this one {m})")
+    total = torch.as_tensor(loads, device=device)
+    dist.all_reduce(total, group=group)
+    return total.cpu().numpy()
+
+
 def prepare_microbatch(model: torch.nn.Module, topk_ids: np.ndarray) -> None:
     """Where the trainer hands a micro-batch's replay data to Megatron (verl:
     ``set_router_replay_data``): plan every layer's placement for it now, with one gather for all
@@ -514,7 +555,9 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
     ``topk_ids``: int [tokens, layers, top_k], this rank's tokens of the step (what Megatron's
     ``RouterReplay`` will replay), ``layers`` = :func:`balanced_layers` of ``model``;
     ``microbatch_bounds``: this rank's micro-batch offsets ``[0, ..., tokens]``. Every rank of
-    the EP group calls it. Returns the number of experts moved on all layers.
+    the EP group and of the expert-data-parallel group calls it: the plan comes from the loads
+    summed over the expert-data-parallel group (``group_loads``), so every EP group applies the
+    same home layout. Returns the number of experts moved on all layers.
     """
     layers = balanced_layers(model)
     if not layers:
@@ -540,7 +583,8 @@ def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_boun
                               np.stack([layer.token_share for layer in layers]))
     placement = get_host().hook.rlweave_expert_step_placement(
         trace=RoutingTrace(step_ids, tuple(offsets), source="megatron-replay-step"),
-        topology=topology, current=current)
+        topology=topology, current=current,
+        group_loads=_group_loads(step_ids, offsets, topology.num_logical_experts, first.expt_dp_group, device))
     if placement is None:
         return 0
     p2l, share = np.asarray(placement.physical_to_logical), np.asarray(placement.token_share, dtype=float)

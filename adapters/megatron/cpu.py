@@ -15,15 +15,17 @@ import torch
 import torch.distributed as dist
 
 
-def init_expert_parallel(rank: int, world_size: int, port: int) -> None:
-    """One CPU process of an EP=world_size group: one thread, gloo, Megatron's parallel state."""
+def init_expert_parallel(rank: int, world_size: int, port: int, ep: int | None = None) -> None:
+    """One CPU process of ``world_size`` gloo ranks: one thread, Megatron's parallel state with
+    expert parallelism ``ep`` (default: every rank), so ``world_size / ep`` expert-data-parallel
+    replicas."""
     torch.cuda.current_device = lambda: "cpu"
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     from megatron.core import parallel_state
 
-    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=world_size)
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=ep or world_size)
 
 
 def alltoall_without_cuda_streams() -> None:

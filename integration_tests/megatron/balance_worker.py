@@ -67,6 +67,27 @@ def load_same_weights(reference: torch.nn.Module, ours: torch.nn.Module, gen: to
     ours.load_logical_expert_state(logical)
 
 
+def forward_backward(reference: torch.nn.Module, ours: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> dict:
+    """One micro-batch through both layers (replay data set): output and input gradient of each."""
+    mb = {}
+    for name, layer in (("reference", reference), ("rlweave", ours)):
+        inp = x.clone().requires_grad_(True)
+        output, _ = layer(inp)
+        (output * g).sum().backward()
+        mb[name] = {"output": output.detach(), "input_grad": inp.grad.detach()}
+    return mb
+
+
+def logical_experts(reference: torch.nn.Module, ours: torch.nn.Module, grads: bool = False) -> dict:
+    """Both layers' experts owned by this rank, by logical id: their weights, or gradients."""
+    return {
+        "reference": {e: [(p.grad if grads else p).detach().clone()
+                          for p in reference.experts.local_experts[i].parameters()]
+                      for i, e in enumerate(reference.local_expert_indices)},
+        "rlweave": {e: [t.clone() for t in tensors] for e, tensors in ours.logical_expert_state(grads).items()},
+    }
+
+
 def early_optimizer_step(ours, optimizer, routing: np.ndarray, rank: int, world_size: int) -> list[str]:
     """A step announced with two micro-batches whose optimizer steps after the first: the next
     forward finds the owners' weights changed, and the next rebalance_step finds the step's
@@ -139,33 +160,19 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
                 prepare_microbatch(ours, routing[m * per : (m + 1) * per, None, :])
                 assert ours._prepared is not None
             RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
-            mb = {}
-            for name, layer in (("reference", reference), ("rlweave", ours)):
-                inp = x.clone().requires_grad_(True)
-                output, _ = layer(inp)
-                (output * g).sum().backward()
-                mb[name] = {"output": output.detach(), "input_grad": inp.grad.detach()}
+            mb = forward_backward(reference, ours, x, g)
             assert ours._prepared is None  # the forward used (and dropped) the prepared plan
             record["micro_batches"].append(mb)
         record["router_grad"] = {"reference": reference.router.weight.grad.clone(),
                                  "rlweave": ours.router.weight.grad.clone()}
-        record["expert_grads"] = {
-            "reference": {e: [p.grad.clone() for p in reference.experts.local_experts[i].parameters()]
-                          for i, e in enumerate(reference.local_expert_indices)},
-            "rlweave": {e: [g.clone() for g in grads]
-                        for e, grads in ours.logical_expert_state(grads=True).items()},
-        }
+        record["expert_grads"] = logical_experts(reference, ours, grads=True)
         record["spare_grads_cleared"] = all(
             p.grad is None for s in range(ours.home_slots, ours.slots_per_rank)
             for p in ours.experts.local_experts[s].parameters())
         for opt in optimizers.values():
             opt.step()
             opt.zero_grad(set_to_none=True)
-        record["weights_after_step"] = {
-            "reference": {e: [p.detach().clone() for p in reference.experts.local_experts[i].parameters()]
-                          for i, e in enumerate(reference.local_expert_indices)},
-            "rlweave": {e: [p.clone() for p in params] for e, params in ours.logical_expert_state().items()},
-        }
+        record["weights_after_step"] = logical_experts(reference, ours)
         results["steps"].append(record)
     results["tokens_seen"] = list(tokens_seen)
     results["early_optimizer_step"] = early_optimizer_step(ours, optimizers["rlweave"], routing, rank, world_size)

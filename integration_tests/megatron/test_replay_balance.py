@@ -54,22 +54,28 @@ def test_alltoall_dispatcher_with_cpu_stand_in_for_cuda_streams(tmp_path):
     check_against_megatron(ranks, 2)
 
 
+def check_step(ranks, step):
+    """One step of ``ranks`` (an EP group): every micro-batch's output and input gradient, the
+    router gradient, and each logical expert's gradient and weights after Adam equal Megatron's."""
+    for rank in ranks:
+        record = rank["steps"][step]
+        for mb in record["micro_batches"]:
+            close(mb["rlweave"]["output"], mb["reference"]["output"])
+            close(mb["rlweave"]["input_grad"], mb["reference"]["input_grad"])
+        close(record["router_grad"]["rlweave"], record["router_grad"]["reference"])
+        assert record["spare_grads_cleared"]  # an optimizer never steps a replica
+    for key in ("expert_grads", "weights_after_step"):
+        ours, reference = merged(ranks, step, key, "rlweave"), merged(ranks, step, key, "reference")
+        assert sorted(ours) == sorted(reference) == list(range(8))  # each expert owned once
+        for e in reference:
+            for a, b in zip(ours[e], reference[e], strict=True):
+                close(a, b)
+
+
 def check_against_megatron(ranks, world_size):
     assert all(rank["class"] == "ReplayBalancedMoELayer" for rank in ranks)
     for step in range(2):
-        for rank in ranks:
-            record = rank["steps"][step]
-            for mb in record["micro_batches"]:
-                close(mb["rlweave"]["output"], mb["reference"]["output"])
-                close(mb["rlweave"]["input_grad"], mb["reference"]["input_grad"])
-            close(record["router_grad"]["rlweave"], record["router_grad"]["reference"])
-            assert record["spare_grads_cleared"]  # an optimizer never steps a replica
-        for key in ("expert_grads", "weights_after_step"):
-            ours, reference = merged(ranks, step, key, "rlweave"), merged(ranks, step, key, "reference")
-            assert sorted(ours) == sorted(reference) == list(range(8))  # each expert owned once
-            for e in reference:
-                for a, b in zip(ours[e], reference[e], strict=True):
-                    close(a, b)
+        check_step(ranks, step)
 
     slots = len(ranks[0]["tokens_seen"][0]["tokens_per_slot"])
     home_slots = 8 // world_size

@@ -75,12 +75,16 @@ def _cost_of(topology: ExpertTopology) -> CostModel:
 
 
 @hookimpl
-def rlweave_expert_step_placement(trace: RoutingTrace, topology: ExpertTopology,
-                                  current: ExpertPlacement) -> ExpertPlacement:
+def rlweave_expert_step_placement(trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement,
+                                  group_loads: np.ndarray | None) -> ExpertPlacement:
     """Per layer: the homes and step replicas of the plan with the least modelled step time, and
-    the split of the step's tokens over them (each micro-batch re-splits its own)."""
+    the split of the step's tokens over them (each micro-batch re-splits its own). Planned from
+    ``group_loads`` when given (the expert-data-parallel group's, alike in each of its EP
+    groups), so that every EP group gets the same plan."""
     cost = _cost_of(topology)
-    loads = expert_loads(trace.topk_ids, trace.microbatch_bounds, topology.num_logical_experts)  # [M, L, E]
+    if group_loads is None:
+        group_loads = expert_loads(trace.topk_ids, trace.microbatch_bounds, topology.num_logical_experts)
+    loads = np.asarray(group_loads, dtype=np.int64)  # [M, L, E]
     layouts, shares = [], []
     _planned.clear()
     for layer in range(loads.shape[1]):

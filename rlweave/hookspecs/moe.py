@@ -6,6 +6,8 @@ routing) and vLLM's routing capture (``rlweave.adapters.vllm.routing_capture``: 
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlweave.hookspecs import hookspec
 from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
 
@@ -33,7 +35,7 @@ def rlweave_expert_topology(num_logical_experts: int, ep_size: int, expert_bytes
 
 @hookspec(firstresult=True)
 def rlweave_expert_step_placement(
-    trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement
+    trace: RoutingTrace, topology: ExpertTopology, current: ExpertPlacement, group_loads: np.ndarray | None
 ) -> ExpertPlacement | None:
     """Where each logical expert lives for the coming training step, and which replicas the
     step keeps.
@@ -48,6 +50,12 @@ def rlweave_expert_step_placement(
     once, keeps it for all of the step's micro-batches, and adds its gradient into the owner's
     after the step's last backward. ``token_share`` must sum to 1 per expert. ``None`` keeps
     ``current``.
+
+    ``group_loads`` (int [M, layers, E], or ``None`` from callers without data-parallel
+    replicas): tokens per expert of each micro-batch, summed over the expert-data-parallel
+    group, the same in each of its EP groups. When given, the answer must depend on it,
+    ``topology`` and ``current`` only: every EP group then applies the same layout, as Megatron
+    reduces each slot's gradient over that group.
     """
 
 
