@@ -152,6 +152,8 @@ class Verdict:
 
 
 def _requirement_problem(r: SettingRequirement, env: Environment, gpu: bool) -> str | None:
+    if r.key == f"rlweave.{r.plugin}.enable":  # the plugin refuses verl jobs outright, for now
+        return f"refused in a verl job: {r.why}"
     engines = SETTING_FRAMEWORKS.get(("verl", r.key))
     if engines is not None:
         needed = [engines[v] for v in r.allowed if v in engines]

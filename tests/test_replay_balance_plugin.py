@@ -154,3 +154,19 @@ def test_step_placement_plans_from_the_group_loads_so_every_ep_group_gets_the_sa
         np.testing.assert_array_equal(placement.physical_to_logical, reference.physical_to_logical)
         np.testing.assert_array_equal(placement.token_share, reference.token_share)
 
+
+def test_verl_jobs_are_refused_before_they_start_and_doctor_says_why():
+    """verl's Megatron engine does not build ReLibra layers (nor overlap's linears) yet: the
+    command-line check refuses the plugin with the cause and the fix, and doctor reports it."""
+    from rlweave.doctor import _requirement_problem
+    from rlweave.plugins.overlap.plugin import VERL_REQUIREMENTS as OVERLAP
+    from rlweave.plugins.replay_balance.plugin import VERL_REQUIREMENTS as BALANCE
+    from rlweave.requirements import problems
+
+    for plugin, requirements in (("replay_balance", BALANCE), ("overlap", OVERLAP)):
+        values = {f"rlweave.{plugin}.enable": "true", "actor_rollout_ref.actor.strategy": "megatron",
+                  "actor_rollout_ref.actor.megatron.router_replay.mode": "R3"}
+        [message] = problems(requirements, values, "verl command line")
+        assert message.endswith(f"set rlweave.{plugin}.enable=false.") and "verl 0.9's Megatron engine" in message
+        refusal = requirements[-1]  # read before any environment fact
+        assert _requirement_problem(refusal, None, gpu=True) == f"refused in a verl job: {refusal.why}"
