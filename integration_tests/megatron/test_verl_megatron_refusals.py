@@ -12,9 +12,10 @@ import sys
 import pytest
 
 
-def main_ppo(*overrides: str) -> subprocess.CompletedProcess:
+def main_ppo(cwd, *overrides: str) -> subprocess.CompletedProcess:
+    """verl's trainer command line, run in ``cwd`` (Hydra writes its outputs/ there)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")} | {"RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], env=env,
+    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=150)
 
 
@@ -23,8 +24,8 @@ def main_ppo(*overrides: str) -> subprocess.CompletedProcess:
     ("overlap", "has no ColumnParallelLinear or RowParallelLinear for overlap's linears to replace"),
     ("replay_balance", "builds its model from Megatron's own layer spec, not rlweave's"),
 ])
-def test_a_plugin_verls_megatron_engine_cannot_apply_stops_the_job_before_it_starts(plugin, why):
-    proc = main_ppo(f"+rlweave.{plugin}.enable=true", "model_engine=megatron",
+def test_a_plugin_verls_megatron_engine_cannot_apply_stops_the_job_before_it_starts(plugin, why, tmp_path):
+    proc = main_ppo(tmp_path, f"+rlweave.{plugin}.enable=true", "model_engine=megatron",
                     "actor_rollout_ref.actor.megatron.router_replay.mode=R3")
     assert proc.returncode != 0
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("rlweave:")]
@@ -33,8 +34,8 @@ def test_a_plugin_verls_megatron_engine_cannot_apply_stops_the_job_before_it_sta
 
 
 @pytest.mark.timeout(200)
-def test_replay_balance_names_the_router_replay_it_plans_from():
-    proc = main_ppo("+rlweave.replay_balance.enable=true", "model_engine=megatron")
+def test_replay_balance_names_the_router_replay_it_plans_from(tmp_path):
+    proc = main_ppo(tmp_path, "+rlweave.replay_balance.enable=true", "model_engine=megatron")
     assert proc.returncode != 0
     assert ("actor_rollout_ref.actor.megatron.router_replay.mode=disabled (the default), but "
             "rlweave.replay_balance needs actor_rollout_ref.actor.megatron.router_replay.mode in {R2, R3}") in proc.stderr
