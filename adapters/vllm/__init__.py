@@ -25,7 +25,22 @@ _registered = False
 
 
 def register() -> None:
-    """vLLM calls this once per process (``load_general_plugins``); safe to call again."""
+    """vLLM calls this once per process (``load_general_plugins``); safe to call again.
+
+    vLLM runs a general plugin's function unguarded, so an error raised here would reach the
+    user inside vLLM's traceback; rlweave's own errors (a bad flag, an unsupported version)
+    leave as ``SystemExit`` with the one message that names the cause and the fix."""
+    from rlweave.config import ConfigError
+    from rlweave.frameworks import UnsupportedFrameworkError
+    from rlweave.patches import PatchVersionError
+
+    try:
+        _register()
+    except (ConfigError, UnsupportedFrameworkError, PatchVersionError) as error:
+        raise SystemExit(f"rlweave: {error}") from None
+
+
+def _register() -> None:
     global _registered
     host = get_host()
     on_verl_cpu = verl_cpu_platform_selected()

@@ -50,6 +50,7 @@ def test_bad_flag_stops_the_engine_with_a_clear_error():
         generate_in_fresh_engine(engine_env(RLWEAVE__TRACING__ENABLE="maybe"), **WORKLOAD)
     assert "RLWEAVE__TRACING__ENABLE" in info.value.stderr
     assert "allowed: true or false" in info.value.stderr
+    assert "Traceback" not in info.value.stderr, info.value.stderr[-3000:]  # the message alone
 
 
 # In a fresh process (an earlier test's engine arguments already load the general plugins in
@@ -119,3 +120,4 @@ def test_a_vllm_outside_the_supported_range_is_refused_when_a_plugin_is_on(versi
         assert proc.returncode != 0, f"vllm {version} was accepted"
         assert (f"vllm {version} is not supported by rlweave "
                 f"(supported: {FRAMEWORKS['vllm'].supported_range})") in proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

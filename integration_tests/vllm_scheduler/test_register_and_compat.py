@@ -60,13 +60,13 @@ def test_vllms_plugin_loader_registers_rlweave_whose_scheduler_serves_to_the_end
 
 def test_version_gate_refuses_a_vllm_outside_the_range(vllm_version, host, monkeypatch):
     from rlweave.adapters import vllm as adapter
-    from rlweave.frameworks import FRAMEWORKS, UnsupportedFrameworkError, require_supported
+    from rlweave.frameworks import FRAMEWORKS, require_supported
 
     assert require_supported("vllm") == vllm_version
     monkeypatch.setenv("RLWEAVE__PREEMPTIVE_SERVING__ENABLE", "true")
     monkeypatch.setattr(adapter, "_registered", False)
     monkeypatch.setattr(type(FRAMEWORKS["vllm"]), "find_version", lambda self, paths=None: "0.23.1")
-    with pytest.raises(UnsupportedFrameworkError, match=r"vllm 0.23.1 is not supported by rlweave \(supported: >=0.24.0,<0.35\)"):
+    with pytest.raises(SystemExit, match=r"^rlweave: vllm 0.23.1 is not supported by rlweave \(supported: >=0.24.0,<0.35\)"):
         adapter.register()
 
 
