@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import weakref
 from typing import Any
 
@@ -450,7 +451,12 @@ def _expert_data_parallel_group(pg_collection: Any) -> dist.ProcessGroup:
     if group is None:
         from megatron.core import parallel_state
 
-        group = parallel_state.get_expert_data_parallel_group(with_gtp_remat=False)
+        get_group = parallel_state.get_expert_data_parallel_group
+        # megatron-core 0.19 splits the group for GTP rematerialisation (its default is the wider
+        # one); 0.18 has no such split and no keyword, so its one group is the right one.
+        if "with_gtp_remat" in inspect.signature(get_group).parameters:
+            return get_group(with_gtp_remat=False)
+        group = get_group()
     return group
 
 

@@ -62,7 +62,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
-    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+    from rlweave.adapters.megatron.balanced_moe import _expert_data_parallel_group, rebalance_step
 
     config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, EP)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
@@ -70,7 +70,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     load_same_weights(reference, ours, torch.Generator().manual_seed(1234))
     optimizers = {"reference": torch.optim.Adam(reference.parameters(), lr=1e-2),
                   "rlweave": torch.optim.Adam(ours.parameters(), lr=1e-2)}
-    expt_dp = parallel_state.get_expert_data_parallel_group(with_gtp_remat=False)
+    expt_dp = _expert_data_parallel_group(None)  # Megatron's, on 0.18 and 0.19 alike
     replica = dist.get_rank(expt_dp)  # which EP group (data-parallel replica) this rank is in
     ep_rank = parallel_state.get_expert_model_parallel_rank()
     spare_tokens = []
