@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 
+from rlweave.adapters import refusals_exit
 from rlweave.host import get_host
 from rlweave.types import FrameworkInfo
 
@@ -17,7 +18,14 @@ _registered = False
 
 
 def register() -> None:
-    """SGLang calls this once per process; safe to call again."""
+    """SGLang calls this once per process; safe to call again. SGLang logs a plugin's error and
+    goes on without it, which would leave a job running with its rlweave flags ignored, so
+    rlweave's refusals stop the process with one message (:func:`refusals_exit`)."""
+    with refusals_exit():
+        _register()
+
+
+def _register() -> None:
     global _registered
     host = get_host()
     if _registered or not host.active:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-from rlweave.config import ConfigError, settings_from_overrides
+from rlweave.adapters import refusals_exit
+from rlweave.config import settings_from_overrides
 from rlweave.frameworks import (
-    UnsupportedFrameworkError,
     require_supported,
     verl_cpu_platform_selected,
 )
@@ -31,7 +31,6 @@ from rlweave.patches import (
     PLUGINS,
     REQUEST_PRIORITY,
     ROLLOUT_STATE,
-    PatchVersionError,
     apply_patches,
 )
 from rlweave.requirements import check_requirements, gathered
@@ -117,7 +116,5 @@ def _process_role() -> str:
     return "driver"
 
 
-try:
+with refusals_exit():
     _load()
-except (ConfigError, UnsupportedFrameworkError, PatchVersionError) as error:
-    raise SystemExit(f"rlweave: {error}") from None

@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 
+from rlweave.adapters import refusals_exit
 from rlweave.frameworks import verl_cpu_platform_selected
 from rlweave.host import get_host
 from rlweave.types import FrameworkInfo
@@ -25,19 +26,10 @@ _registered = False
 
 
 def register() -> None:
-    """vLLM calls this once per process (``load_general_plugins``); safe to call again.
-
-    vLLM runs a general plugin's function unguarded, so an error raised here would reach the
-    user inside vLLM's traceback; rlweave's own errors (a bad flag, an unsupported version)
-    leave as ``SystemExit`` with the one message that names the cause and the fix."""
-    from rlweave.config import ConfigError
-    from rlweave.frameworks import UnsupportedFrameworkError
-    from rlweave.patches import PatchVersionError
-
-    try:
+    """vLLM calls this once per process (``load_general_plugins``); safe to call again. vLLM
+    runs it unguarded, so rlweave's refusals leave as one message (:func:`refusals_exit`)."""
+    with refusals_exit():
         _register()
-    except (ConfigError, UnsupportedFrameworkError, PatchVersionError) as error:
-        raise SystemExit(f"rlweave: {error}") from None
 
 
 def _register() -> None:
