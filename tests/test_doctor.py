@@ -98,3 +98,20 @@ def test_doctor_says_how_each_vllm_release_is_tested_or_why_refused(monkeypatch)
     monkeypatch.setenv("VLLM_PLUGINS", "auto")
     refused = vllm_plugins_table([env(vllm="0.32.0")])[1]
     assert refused[3] == "refused" and "VLLM_PLUGINS='auto'" in refused[4]
+
+
+def test_doctor_says_how_each_sglang_and_megatron_release_is_tested():
+    """SGLang releases are graded one by one (0.5.13 is untested although 0.5.12 and 0.5.23
+    are), megatron-core by series; a release outside the range is refused."""
+    from rlweave.doctor import frameworks_table
+
+    envs = [env(sglang=v) for v in ("0.5.12", "0.5.13", "0.5.23", "0.6.0")]
+    envs += [env(**{"megatron-core": v}) for v in ("0.17.0", "0.18.0", "0.19.2")]
+    table = frameworks_table(envs)
+    column = table[0].index("CI verifies it")
+    verdicts = {(r[0], r[2]): r[column] for r in table[1:] if r[0] != "rlweave"}
+    assert verdicts == {("sglang", "0.5.12"): "import-tested", ("sglang", "0.5.13"): "untested",
+                        ("sglang", "0.5.23"): "import-tested", ("sglang", "0.6.0"): "refused",
+                        ("megatron-core", "0.17.0"): "refused", ("megatron-core", "0.18.0"): "engine-tested",
+                        ("megatron-core", "0.19.2"): "engine-tested",
+                        ("verl", "-"): "-", ("vllm", "-"): "-"}
