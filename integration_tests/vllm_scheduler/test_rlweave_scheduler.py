@@ -221,6 +221,7 @@ def test_async_scheduler_with_preemptive_serving_orders_but_never_preempts(vllm_
 # What each release's scheduler looks like to rlweave (rlweave.adapters.vllm.shape).
 SHAPES = {
     "0.24": (False, "new request data with model runner V2, else resumed cached data", ("skipped_waiting",)),
+    "0.31": (True, "new request data with model runner V2, else resumed cached data", ()),
     "0.32": (True, "new request data with model runner V2, else resumed cached data", ()),
     "0.33": (True, "new request data with model runner V2, else resumed cached data", ()),
     "0.34": (True, "new request data", ("async_kv_waiting",)),
