@@ -14,10 +14,13 @@ same round's FCFS measurements, under two schedules:
   cost. Shortest remaining first minimises mean latency on one server; here it is the ceiling
   of attained-service schedulers such as FastServe's MLFQ and rlweave's adaptive policy.
 
-The engine model: an iteration decoding ``b`` sequences takes ``base + per_seq * b``, plus
-``prefill`` per prompt token of each request that starts in it. ``base + per_seq`` is the
-per-output-token cost of a request alone and ``prefill`` its per-prompt-token cost (the bench's
-fit to requests run alone); the iteration at full batch comes from the saturation probe.
+The engine model is the shared :class:`rlweave.sim.EngineModel`: an iteration decoding ``b``
+sequences takes ``base_s + per_seq_s * b``, plus ``prefill_s_per_token`` per prompt token of each
+request that starts in it. ``base_s + per_seq_s`` is the per-output-token cost of a request alone
+and ``prefill_s_per_token`` its per-prompt-token cost (the bench's fit to requests run alone); the
+iteration at full batch comes from the saturation probe. Both schedules run on the shared
+simulator (:class:`rlweave.sim.Simulator`), one engine, with the queue order and preemption of
+each schedule.
 
 Near capacity, queueing magnifies every per cent of the engine's speed: a model a few per cent
 faster than the engine under the real mix of lengths puts FCFS at a fraction of its measured
@@ -28,29 +31,24 @@ loads stays the simulator's check.
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from rlweave.sim import (
+    ArrivalOrder,
+    EngineModel,
+    KeepRunning,
+    Request,
+    ShortestRemaining,
+    ShortestRemainingPreempts,
+    Simulator,
+)
 
-@dataclass(frozen=True)
-class EngineModel:
-    """Seconds per iteration: ``base + per_seq * decoding`` + ``prefill`` per prompt token started."""
-
-    base: float
-    per_seq: float
-    prefill: float
-    slots: int
-
-    def iteration_s(self, decoding: int, prompt_tokens: int) -> float:
-        return self.base + self.per_seq * decoding + self.prefill * prompt_tokens
-
-    def scaled(self, factor: float) -> EngineModel:
-        """The same engine ``factor`` times slower."""
-        return replace(self, base=self.base * factor, per_seq=self.per_seq * factor,
-                       prefill=self.prefill * factor)
+# policy -> (queue order, preemption): FCFS keeps its slot; the SRPT oracle re-chooses every
+# iteration with true lengths and keeps the preempted KV (free preemption)
+POLICIES = {"fcfs": (ArrivalOrder, KeepRunning), "srpt": (ShortestRemaining, ShortestRemainingPreempts)}
 
 
 @dataclass(frozen=True)
@@ -72,42 +70,21 @@ def fit_engine(alone_fit: Sequence[float], probe_tokens_per_s: float, probe_prom
     per_request = probe_output / probe_tokens_per_s
     full = max(alone, slots * (per_request - prefill * probe_prompt) / probe_output)
     per_seq = (full - alone) / (slots - 1) if slots > 1 else 0.0
-    return EngineModel(base=alone - per_seq, per_seq=per_seq, prefill=prefill, slots=slots)
+    return EngineModel(base_s=alone - per_seq, per_seq_s=per_seq, slots=slots, prefill_s_per_token=prefill)
 
 
 def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, policy: str) -> SimulatedRun:
     """``requests`` served at ``rate_req_s`` (their ``arrival_s`` are at unit rate, as the
     bench's) under ``policy``: ``fcfs`` or ``srpt``."""
-    if policy not in ("fcfs", "srpt"):
+    if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: fcfs or srpt")
+    order, preemption = POLICIES[policy]
+    sim = Simulator([engine], order(), preemption())
+    sim.submit([Request(i, r["arrival_s"] / rate_req_s, int(r["output_len"]), int(r["prompt_len"]))
+                for i, r in enumerate(requests)])
+    finish = sim.run().finish_array()
     arrival = np.array([r["arrival_s"] for r in requests]) / rate_req_s
-    prompt = [int(r["prompt_len"]) for r in requests]
-    left = np.array([int(r["output_len"]) for r in requests])
-    output = left.copy()
-    finish = np.zeros(len(requests))
-    started = np.zeros(len(requests), dtype=bool)
-    waiting: list[tuple[float, int]] = []  # (key, request): arrival order for FCFS, tokens left for SRPT
-    running: list[int] = []
-    now, nxt = 0.0, 0
-    while nxt < len(requests) or waiting or running:
-        if not waiting and not running:
-            now = max(now, arrival[nxt])
-        while nxt < len(requests) and arrival[nxt] <= now:
-            heapq.heappush(waiting, (nxt if policy == "fcfs" else left[nxt], nxt))
-            nxt += 1
-        if policy == "srpt":  # every iteration: the fewest tokens left run, the rest wait
-            for i in running:
-                heapq.heappush(waiting, (left[i], i))
-            running = []
-        while waiting and len(running) < engine.slots:
-            running.append(heapq.heappop(waiting)[1])
-        new = [i for i in running if not started[i]]
-        started[new] = True
-        now += engine.iteration_s(len(running), sum(prompt[i] for i in new))
-        left[running] -= 1
-        for i in [i for i in running if left[i] == 0]:
-            finish[i] = now
-            running.remove(i)
+    output = np.array([int(r["output_len"]) for r in requests])
     return SimulatedRun((finish - arrival) / output, float(output.sum() / finish.max()))
 
 

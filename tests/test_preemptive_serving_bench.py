@@ -94,8 +94,6 @@ def test_report_pairs_interleaved_runs_into_ratios_with_their_spread():
 
 
 def test_the_ceiling_model_on_a_case_worked_by_hand():
-    from dataclasses import astuple
-
     from rlweave.benchmarks.serving_ceiling import calibrate_speed, fit_engine, simulate
 
     # fit_engine([fixed, prefill 0.1, alone 1.0], probe 1 token/s, probe 10+4 tokens, 2 slots):
@@ -104,9 +102,12 @@ def test_the_ceiling_model_on_a_case_worked_by_hand():
     # base = 1.0 - 0.5 = 0.5. (Check: both probe requests start in one 0.5 + 2 * 0.5 + 0.1 * 20 =
     # 3.5 s iteration, then 3 of 1.5 s: 8 tokens in 8 s.) A probe faster than alone (10 tokens/s:
     # 0.4 s a request, less than its prefill) leaves the batch free: full = alone, per_seq = 0.
+    def terms(e):  # base, per_seq, prefill, slots
+        return e.base_s, e.per_seq_s, e.prefill_s_per_token, e.slots
+
     engine = fit_engine([0.3, 0.1, 1.0], 1.0, 10, 4, 2)
-    assert astuple(engine) == pytest.approx((0.5, 0.5, 0.1, 2))  # base, per_seq, prefill, slots
-    assert astuple(fit_engine([0.3, 0.1, 1.0], 10.0, 10, 4, 2)) == pytest.approx((1.0, 0.0, 0.1, 2))
+    assert terms(engine) == pytest.approx((0.5, 0.5, 0.1, 2))
+    assert terms(fit_engine([0.3, 0.1, 1.0], 10.0, 10, 4, 2)) == pytest.approx((1.0, 0.0, 0.1, 2))
     # Iterations: 1.0 s alone, 1.5 s two, + 1 s for each 10-token prompt starting. At 2 req/s, A
     # (4 tokens) and B (2) arrive at 0, C (1) and E (2) at 1 s, D (2) at 30.25 s, after the engine
     # went idle. FCFS: A+B 0-3.5, 3.5-5 B ends; C then E waited: A+C 5-7.5 C ends, A+E 7.5-10 A

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rlweave.benchmarks.serving import synthetic_workload
-from rlweave.benchmarks.serving_ceiling import EngineModel, calibrate_speed, fit_engine, simulate
+from rlweave.benchmarks.serving_ceiling import calibrate_speed, fit_engine, simulate
+from rlweave.sim import EngineModel
 
 
 def test_the_engine_model_is_fitted_from_requests_alone_and_the_saturation_probe() -> None:
@@ -18,11 +19,11 @@ def test_the_engine_model_is_fitted_from_requests_alone_and_the_saturation_probe
     engine = fit_engine([0.01, 1e-4, 3e-3], 40 / per_request, 50, 40, slots=4)
     assert engine.iteration_s(1, 0) == pytest.approx(3e-3)
     assert engine.iteration_s(4, 0) == pytest.approx(5e-3)
-    assert engine.prefill == pytest.approx(1e-4)
+    assert engine.prefill_s_per_token == pytest.approx(1e-4)
 
 
 def test_one_slot_serves_in_arrival_order_and_srpt_runs_the_shortest_first() -> None:
-    engine = EngineModel(base=1.0, per_seq=0.0, prefill=0.0, slots=1)
+    engine = EngineModel(base_s=1.0, per_seq_s=0.0, slots=1, prefill_s_per_token=0.0)
     requests = [{"arrival_s": 0.0, "prompt_len": 1, "output_len": 10},
                 {"arrival_s": 0.5, "prompt_len": 1, "output_len": 1}]
     # FCFS: the long one's 10 iterations, then the short one's
@@ -34,7 +35,7 @@ def test_one_slot_serves_in_arrival_order_and_srpt_runs_the_shortest_first() -> 
 
 def test_shortest_remaining_first_beats_fcfs_on_heavy_tails_near_capacity() -> None:
     workload = synthetic_workload(300, 0, "heavy")
-    engine = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
+    engine = EngineModel(base_s=2e-3, per_seq_s=5e-4, slots=4, prefill_s_per_token=2e-5)
     tokens_per_s = 4 / engine.iteration_s(4, 0)
     rate = 0.95 * tokens_per_s / np.mean([r["output_len"] for r in workload])
     fcfs, srpt = (simulate(workload, rate, engine, p).norm_latency.mean() for p in ("fcfs", "srpt"))
@@ -45,7 +46,7 @@ def test_shortest_remaining_first_beats_fcfs_on_heavy_tails_near_capacity() -> N
 
 def test_the_model_is_slowed_until_its_fcfs_matches_the_measured_one() -> None:
     workload = synthetic_workload(200, 1, "heavy")
-    engine = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
+    engine = EngineModel(base_s=2e-3, per_seq_s=5e-4, slots=4, prefill_s_per_token=2e-5)
     rate = 0.9 * 4 / engine.iteration_s(4, 0) / np.mean([r["output_len"] for r in workload])
     # an engine 4% slower than the model, near capacity: FCFS several times the model's
     measured = simulate(workload, rate, engine.scaled(1.04), "fcfs").norm_latency.mean()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rlweave.benchmarks.serving import synthetic_workload
-from rlweave.benchmarks.serving_ceiling import EngineModel, calibrate_speed, fit_engine, simulate
+from rlweave.benchmarks.serving_ceiling import calibrate_speed, fit_engine, simulate
+from rlweave.sim import EngineModel
 
 # (workload kind, seed, load, policy) -> (mean, p95 normalised latency s/token, tokens/s)
 PINNED = {
@@ -22,7 +23,7 @@ PINNED = {
     ("uniform", 4, 0.95, "srpt"): (0.005614308033218327, 0.012704957230137273, 818.5963213529592),
 }
 CALIBRATED = {"heavy": (3, 1.0696716193633613), "uniform": (4, 1.0703959268483343)}
-ENGINE = EngineModel(base=2e-3, per_seq=5e-4, prefill=2e-5, slots=4)
+ENGINE = EngineModel(base_s=2e-3, per_seq_s=5e-4, slots=4, prefill_s_per_token=2e-5)
 
 
 def rate_at(workload: list[dict], load: float) -> float:

@@ -1,0 +1,248 @@
+"""Event-driven continuous batching over engine instances: the one simulator every planner,
+ceiling and oracle in rlweave runs on.
+
+Each engine runs iterations back to back; an iteration decodes one token of every running
+request and prefills the prompts of those that start in it (:class:`EngineModel`). Requests
+join or leave the running set only at iteration boundaries, as in vLLM: a request that arrives
+mid-iteration waits for the boundary. Between two changes of the running set every iteration
+costs the same, so the simulator jumps over them in one event (cost per event, not per
+iteration): a jump ends at the first finish, or earlier at the boundary after something joins
+the engine's queue. A pause stops every engine (a weight push): the iteration in flight resumes
+after it.
+
+What a request waits in and how it is chosen are the policies (:mod:`rlweave.sim.policies`): a
+placement puts it on an engine's waiting queue, the queue order ranks it there, and the
+preemption rule says whether running requests compete with waiting ones at each boundary.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlweave.sim.engine import EngineModel
+from rlweave.sim.policies import ArrivalOrder, KeepRunning, Placement, Preemption, QueueOrder, RoundRobin
+
+_ARRIVAL, _BOUNDARY = 0, 1  # at one instant, arrivals are queued before an engine chooses
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation request: ``id`` indexes the simulator's results (0..n-1, arrival order);
+    ``group``: requests a placement keeps together (StreamRL's groups), -1 for none."""
+
+    id: int
+    arrival_s: float
+    output_tokens: int
+    prompt_tokens: int = 0
+    group: int = -1
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One logged jump: ``iterations`` iterations of ``engine`` from ``start_s`` to ``end_s``,
+    each decoding ``decoding`` requests; the first also prefilled ``prefill_tokens``."""
+
+    engine: int
+    start_s: float
+    end_s: float
+    decoding: int
+    prefill_tokens: int
+    iterations: int
+
+
+@dataclass
+class _Jump:
+    start: float
+    first_s: float  # the first iteration (with its prefill)
+    each_s: float  # every later one
+    count: int  # iterations until the boundary where the running set may change
+    end: float
+    pauses: list[tuple[float, float]] = field(default_factory=list)  # pauses inside the jump: from, until
+    prefill: int = 0
+
+
+@dataclass
+class _Engine:
+    model: EngineModel
+    slots: int
+    waiting: list[tuple[tuple, int]] = field(default_factory=list)  # heap of (queue key, request id)
+    running: list[int] = field(default_factory=list)
+    jump: _Jump | None = None
+    version: int = 0
+    resume_at: float = 0.0
+    busy_s: float = 0.0
+
+
+class Simulator:
+    """Continuous batching of submitted requests on ``engines`` (one :class:`EngineModel` per
+    instance; ``slots``: per instance where the models leave it open). Feed it with
+    :meth:`submit`, advance it with :meth:`run_until` (or :meth:`run` to the end), read
+    :attr:`finish_s`, :meth:`busy_s` and :attr:`log`."""
+
+    def __init__(self, engines: Sequence[EngineModel], order: QueueOrder | None = None,
+                 preemption: Preemption | None = None, placement: Placement | None = None,
+                 slots: Sequence[int] | None = None) -> None:
+        slots = list(slots) if slots is not None else [m.slots for m in engines]
+        if not engines or len(slots) != len(engines) or any(s is None or s < 1 for s in slots):
+            raise ValueError(f"Simulator needs at least one engine and a slot count >= 1 for each (from the "
+                             f"EngineModel or the slots argument), got {len(engines)} engines, slots {slots}")
+        self._engines = [_Engine(m, int(s)) for m, s in zip(engines, slots, strict=True)]
+        self.order = order or ArrivalOrder()
+        self.preemption = preemption or KeepRunning()
+        self.placement = placement or RoundRobin()
+        self.requests: dict[int, Request] = {}
+        self.left: dict[int, int] = {}
+        self.finish_s: dict[int, float] = {}
+        self.log: list[Iteration] = []
+        self._prefilled: set[int] = set()
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = itertools.count()
+
+    @property
+    def engine_count(self) -> int:
+        return len(self._engines)
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Requests that arrive at their ``arrival_s`` (those arriving together, together)."""
+        by_time: dict[float, list[Request]] = {}
+        for r in requests:
+            if r.id in self.requests or r.output_tokens < 1:
+                raise ValueError(f"request {r.id}: ids must be new and output_tokens >= 1, got {r}")
+            self.requests[r.id] = r
+            self.left[r.id] = int(r.output_tokens)
+            by_time.setdefault(r.arrival_s, []).append(r)
+        for t, batch in by_time.items():
+            heapq.heappush(self._events, (t, _ARRIVAL, next(self._seq), batch))
+
+    def pause(self, now: float, until: float) -> None:
+        """No engine makes progress from ``now`` to ``until``; an iteration in flight resumes
+        after. Call once every event up to ``now`` has run."""
+        for k, e in enumerate(self._engines):
+            e.resume_at = max(e.resume_at, until)
+            if e.jump is not None and e.jump.end > now:
+                self._cut(k, now)
+                e.jump.pauses.append((now, until))
+                e.jump.end += until - now
+                self._schedule(k, e.jump.end)
+
+    def next_event_s(self) -> float:
+        """When the next arrival or iteration boundary is (``inf``: none)."""
+        while self._events and self._stale(self._events[0]):
+            heapq.heappop(self._events)
+        return self._events[0][0] if self._events else math.inf
+
+    def run_until(self, until: float) -> None:
+        """Process every event up to and including ``until``."""
+        while math.isfinite(t := self.next_event_s()) and t <= until:
+            now, kind, _, payload = heapq.heappop(self._events)
+            if kind == _ARRIVAL:
+                self.placement.arrive(self, payload, now)
+            else:
+                self._boundary(payload[0], now)
+
+    def run(self) -> Simulator:
+        """Run until every submitted request has finished."""
+        self.run_until(math.inf)
+        return self
+
+    def busy_s(self, now: float = math.inf) -> np.ndarray:
+        """Seconds each engine has spent iterating up to ``now`` (pauses and idle excluded)."""
+        return np.array([e.busy_s + (self._partial(e.jump, now) if e.jump else 0.0) for e in self._engines])
+
+    def finish_array(self) -> np.ndarray:
+        """Finish time of requests 0..n-1 (``inf``: not finished)."""
+        return np.array([self.finish_s.get(i, math.inf) for i in range(len(self.requests))])
+
+    def has_room(self, engine: int) -> bool:
+        """Whether ``engine``'s running and waiting requests are fewer than its slots."""
+        e = self._engines[engine]
+        return len(e.running) + len(e.waiting) < e.slots
+
+    def enqueue(self, engine: int, requests: Sequence[Request], now: float) -> None:
+        """Placement's door: ``requests`` join ``engine``'s waiting queue at ``now``; they can
+        start at its next iteration boundary (at once, or when a pause ends, if it is idle)."""
+        e = self._engines[engine]
+        for r in requests:
+            heapq.heappush(e.waiting, (self.order.key(r, self.left[r.id]), r.id))
+        if e.jump is None:
+            e.jump = _Jump(start=max(now, e.resume_at), first_s=0.0, each_s=0.0, count=0, end=max(now, e.resume_at))
+            self._schedule(engine, e.jump.end)
+        elif e.jump.end > now and self._cut(engine, now):
+            self._schedule(engine, e.jump.end)
+
+    def _cut(self, engine: int, now: float) -> bool:
+        """Shorten the engine's jump to end at its first boundary at or after ``now``."""
+        j = self._engines[engine].jump
+        if j.pauses or j.count <= 1:
+            return False
+        done = 1 if now <= j.start + j.first_s else 1 + math.ceil((now - j.start - j.first_s) / j.each_s - 1e-12)
+        if done >= j.count:
+            return False
+        j.count, j.end = done, j.start + j.first_s + (done - 1) * j.each_s
+        return True
+
+    def _schedule(self, engine: int, at: float) -> None:
+        e = self._engines[engine]
+        e.version += 1
+        heapq.heappush(self._events, (at, _BOUNDARY, next(self._seq), (engine, e.version)))
+
+    def _stale(self, event: tuple) -> bool:
+        return event[1] == _BOUNDARY and event[3][1] != self._engines[event[3][0]].version
+
+    def _boundary(self, engine: int, now: float) -> None:
+        """The engine's jump ended: count its tokens, retire finished requests, refill, choose."""
+        e = self._engines[engine]
+        if e.jump is not None and e.jump.count:
+            self._account(engine, e.jump)
+            for i in e.running:
+                self.left[i] -= e.jump.count
+            for i in [i for i in e.running if self.left[i] == 0]:
+                self.finish_s[i] = now
+                e.running.remove(i)
+        e.jump = None
+        self.placement.refill(self, engine, now)
+        self._choose(e)
+        if e.running:
+            self._start(engine, max(now, e.resume_at))
+
+    def _choose(self, e: _Engine) -> None:
+        """Fill the slots from the waiting queue; a preempting rule first returns the running
+        requests to it, so that the best ``slots`` of both run."""
+        if self.preemption.preempts:
+            for i in e.running:
+                heapq.heappush(e.waiting, (self.order.key(self.requests[i], self.left[i]), i))
+                if self.preemption.recompute:
+                    self._prefilled.discard(i)
+            e.running = []
+        while e.waiting and len(e.running) < e.slots:
+            e.running.append(heapq.heappop(e.waiting)[1])
+
+    def _start(self, engine: int, start: float) -> None:
+        e = self._engines[engine]
+        new = [i for i in e.running if i not in self._prefilled]
+        prefill = sum(self.requests[i].prompt_tokens + self.requests[i].output_tokens - self.left[i] for i in new)
+        self._prefilled.update(new)
+        b = len(e.running)
+        first, each = e.model.iteration_s(b, prefill), e.model.iteration_s(b)
+        count = min(self.left[i] for i in e.running)
+        e.jump = _Jump(start, first, each, count, start + first + (count - 1) * each, prefill=prefill)
+        self._schedule(engine, e.jump.end)
+
+    def _account(self, engine: int, j: _Jump) -> None:
+        e = self._engines[engine]
+        e.busy_s += j.end - j.start - sum(b - a for a, b in j.pauses)
+        self.log.append(Iteration(engine, j.start, j.end, len(e.running), j.prefill, j.count))
+
+    @staticmethod
+    def _partial(j: _Jump, now: float) -> float:
+        """Busy seconds of an unfinished jump up to ``now``."""
+        if not j.count or now <= j.start:
+            return 0.0
+        upto = min(now, j.end)
+        return upto - j.start - sum(max(0.0, min(upto, b) - a) for a, b in j.pauses)
