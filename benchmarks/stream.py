@@ -382,7 +382,7 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
     is the verl sync run's for the colocated runs and, for the disaggregated ones, that of the
     disaggregated on-policy run with the same old log-probs (its trainer alone on one core),
     with that run's weight push and latencies."""
-    from rlweave.config import StreamGenerationConfig
+    from rlweave.plugins.stream_generation.options import StreamGenerationConfig
     from rlweave.plugins.stream_generation.planner import (
         ASYNC_DEFAULT_STEPS,
         HardwarePool,

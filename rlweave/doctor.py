@@ -37,7 +37,7 @@ from rlweave.environments import ENVIRONMENTS, rig_dir, site_packages
 from rlweave.adapters.vllm.shape import shape_in
 from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING_FRAMEWORKS, verification
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
-from rlweave.host import DEFAULT_PLUGINS
+from rlweave.registry import plugins
 from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, ROLLOUT_STATE, VERL_CPU
 from rlweave.types import SettingRequirement
 
@@ -313,8 +313,7 @@ def plugins_table() -> Rows:
 
 
 def _available_plugins() -> list[PluginFacts]:
-    names = [name for name, section in RlweaveConfig().sections() if section.available]
-    return [plugin_facts(name, DEFAULT_PLUGINS[name]) for name in names if name in DEFAULT_PLUGINS]
+    return [plugin_facts(name, info.hooks) for name, info in plugins().items() if info.options.available]
 
 
 def verl_plugins_table(envs: Sequence[Environment]) -> Rows:

@@ -16,21 +16,13 @@ import pluggy
 
 from rlweave.config import RlweaveConfig, Setting, build_config, settings_from_env, to_env
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
+from rlweave.registry import plugins
 
-# The suite's own plugins, by config section. They go through the same door as third-party ones.
-DEFAULT_PLUGINS: dict[str, str] = {
-    "tracing": "rlweave.plugins.tracing.plugin",
-    "preemptive_serving": "rlweave.plugins.preemptive_serving.plugin",
-    "replay_balance": "rlweave.plugins.replay_balance.plugin",
-    "agentic_rollout": "rlweave.plugins.agentic_rollout.plugin",
-    "stream_generation": "rlweave.plugins.stream_generation.plugin",
-    "stage_fusion": "rlweave.plugins.stage_fusion.inter_stage",
-    "overlap": "rlweave.plugins.overlap.plugin",
-    "resilience": "rlweave.plugins.resilience.plugin",
-}
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"
-# Comma-separated entry-point names of third-party plugins to load; empty string loads none.
+# Comma-separated entry-point names of third-party hook-only plugins (pluggy's ``rlweave`` group:
+# no options, always registered) to load; empty string loads none. Plugins with options are found
+# by rlweave.registry and registered, like the suite's own, only when their section is enabled.
 LOAD_PLUGINS_ENV = "RLWEAVE_LOAD_PLUGINS"
 # Comma-separated importable modules to register as plugins (development, tests), inherited by
 # child processes like any environment variable.
@@ -68,7 +60,7 @@ def build_plugin_manager(config: RlweaveConfig) -> pluggy.PluginManager:
         pm.add_hookspecs(importlib.import_module(module))
     pm.register(importlib.import_module(CORE_PLUGIN), name=CORE_PLUGIN)
     for section in config.enabled():
-        module = DEFAULT_PLUGINS[section]
+        module = plugins()[section].hooks
         pm.register(importlib.import_module(module), name=module)
     allow = os.environ.get(LOAD_PLUGINS_ENV)
     if allow is None:

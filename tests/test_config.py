@@ -45,7 +45,7 @@ def test_later_settings_win():
         (["+rlweave.tracing.enabel=true"],
          ["'rlweave.tracing.enabel'", "'+rlweave.tracing.enabel=true'", "Options of rlweave.tracing: enable, dir"]),
         (["+rlweave.tracing.enable=maybe"], ["'maybe'", "allowed: true or false"]),
-        (["+rlweave.tracer.enable=true"], ["'rlweave.tracer.enable'", "plugin one of: tracing, stage_fusion"]),
+        (["+rlweave.tracer.enable=true"], ["'rlweave.tracer.enable'", "plugin one of: agentic_rollout, overlap"]),
         (["+rlweave.tracing=true"], ["'rlweave.tracing'"]),
     ],
 )
@@ -64,10 +64,10 @@ def test_env_source_is_named():
 
 
 def test_enabling_a_plugin_that_is_not_built_yet_is_an_error_not_a_no_op(monkeypatch):
-    from rlweave.config import OverlapConfig
+    from rlweave.plugins.overlap.options import OverlapConfig
 
     monkeypatch.setattr(OverlapConfig, "available", False)  # every plugin has landed: pretend one has not
-    with pytest.raises(ConfigError, match="rlweave.overlap .*not available.*available plugins: tracing"):
+    with pytest.raises(ConfigError, match="rlweave.overlap .*not available.*available plugins: .*tracing"):
         build_config(settings_from_overrides(["+rlweave.overlap.enable=true"]))
 
 

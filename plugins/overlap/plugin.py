@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlweave.config import OverlapConfig, RlweaveConfig
+from rlweave.config import RlweaveConfig
+from rlweave.plugins.overlap.options import OverlapConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.overlap.choose import choose
 from rlweave.plugins.overlap.profiles import load

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rlweave.config import PreemptiveServingConfig, RlweaveConfig
+from rlweave.config import RlweaveConfig
+from rlweave.plugins.preemptive_serving.options import PreemptiveServingConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.preemptive_serving.scheduler import PreemptiveScheduler
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision

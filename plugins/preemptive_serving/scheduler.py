@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rlweave.config import PreemptiveServingConfig
+from rlweave.plugins.preemptive_serving.options import PreemptiveServingConfig
 from rlweave.plugins.preemptive_serving.lengths import LengthModel
 from rlweave.plugins.preemptive_serving.mlfq import SkipJoinMLFQ
 from rlweave.plugins.preemptive_serving.profile import IterationProfile

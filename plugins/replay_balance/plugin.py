@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlweave.config import ReplayBalanceConfig, RlweaveConfig
+from rlweave.config import RlweaveConfig
+from rlweave.plugins.replay_balance.options import ReplayBalanceConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.replay_balance.loads import expert_loads
 from rlweave.plugins.replay_balance.planner import (
