@@ -117,7 +117,7 @@ def test_a_simulator_without_slot_counts_says_where_to_give_them() -> None:
     with pytest.raises(ValueError, match="slot count >= 1 for each"):
         Simulator([EngineModel(base_s=1.0)])
     sim = Simulator([EngineModel(base_s=1.0)], slots=[2])
-    with pytest.raises(ValueError, match="output_tokens >= 1"):
+    with pytest.raises(ValueError, match="output_tokens > 0"):
         sim.submit([Request(0, 0.0, 0)])
 
 
@@ -125,3 +125,22 @@ def test_a_request_arriving_at_a_boundary_joins_the_iteration_that_starts_there(
     sim = Simulator([EngineModel(base_s=1.0, slots=2)])
     sim.submit([Request(0, 0.0, 1), Request(1, 0.0, 3), Request(2, 1.0, 1)])  # 0 ends as 2 arrives
     assert sim.run().finish_array().tolist() == [1.0, 3.0, 2.0]
+
+
+def test_a_fluid_engine_starts_a_request_at_once_and_keeps_fractions_of_a_token() -> None:
+    model = EngineModel(base_s=1.0, per_seq_s=1.0, slots=2)  # 2 s an iteration alone, 3 s for two
+    requests = [Request(0, 0.0, 3), Request(1, 0.5, 1)]
+    finish = {}
+    for fluid in (False, True):
+        sim = Simulator([model], fluid=fluid)
+        sim.submit(requests)
+        finish[fluid] = sim.run().finish_array().tolist()
+    # fluid: 1 joins at 0.5 (0 has made a quarter token) and ends 3 s later; 0 ends at 3.5 + 1.75 x 2
+    assert finish == {False: [7.0, 5.0], True: [7.0, 3.5]}
+    sim = Simulator([EngineModel(base_s=1.0, slots=1)], fluid=True)
+    sim.submit([Request(0, 0.0, 2.5)])
+    sim.run_until(0.5)
+    sim.pause(0.5, 2.0)  # half a token made; the other two wait for the pause to end
+    assert sim.run().finish_array().tolist() == [4.0]
+    with pytest.raises(ValueError, match="whole tokens unless the simulator is fluid"):
+        Simulator([EngineModel(base_s=1.0, slots=1)]).submit([Request(0, 0.0, 2.5)])

@@ -53,17 +53,18 @@ def iteration_by_iteration(lengths: np.ndarray, engines: list[GenerationProfile]
     started, finished, done = [0] * groups, [0] * groups, np.zeros(groups)
     for _ in range(groups):  # engines claim in turn at time 0
         for e, engine in enumerate(engines):
-            if queue and len(running[e]) + len(waiting[e]) < engine.max_batch:
+            if queue and len(running[e]) + len(waiting[e]) < engine.batch_sizes[-1]:
                 waiting[e] += [queue.pop(0)] * size
     while any(running) or any(waiting):
         e = min((e for e in range(len(engines)) if running[e] or waiting[e]), key=lambda e: clock[e])
-        while queue and len(running[e]) + len(waiting[e]) < engines[e].max_batch:
+        while queue and len(running[e]) + len(waiting[e]) < engines[e].batch_sizes[-1]:
             waiting[e] += [queue.pop(0)] * size
-        while waiting[e] and len(running[e]) < engines[e].max_batch:
+        while waiting[e] and len(running[e]) < engines[e].batch_sizes[-1]:
             g = waiting[e].pop(0)
             running[e].append([g, int(lengths[g, started[g]])])
             started[g] += 1
-        clock[e] += 1 / engines[e].per_sequence_rate(len(running[e]))
+        b = len(running[e])
+        clock[e] += b / float(np.interp(b, engines[e].batch_sizes, engines[e].tokens_per_s))
         for seq in running[e]:
             seq[1] -= 1
         for g, _ in [seq for seq in running[e] if seq[1] == 0]:

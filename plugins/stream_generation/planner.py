@@ -11,11 +11,11 @@ real engines and trainer and searches every split of every hardware pool:
 Prediction of one step, for ``workload.lengths`` [groups, group_size] output tokens in dispatch
 order (sort them by the ranker's scores for skewness-aware dispatch):
 
-- **Generation** is simulated event by event. Engines pull whole groups from one queue while
-  they have a free batch slot, and run continuous batching: with ``b`` sequences running, an
-  instance makes ``tokens_per_s(b)`` tokens/s (the profile, linearly interpolated), shared
-  equally. This is what exposes the skewness bubble: in the tail ``b`` drops and so does
-  throughput.
+- **Generation** is simulated event by event on rlweave's one continuous-batching simulator
+  (:mod:`rlweave.sim`). Engines pull whole groups from one queue while they have a free batch
+  slot, and run continuous batching: with ``b`` sequences running, an iteration makes one
+  token of each in ``b / tokens_per_s(b)`` seconds (the profile, linearly interpolated). This is
+  what exposes the skewness bubble: in the tail ``b`` drops and so does throughput.
 - **Training** runs data-parallel over the training instances at ``sum(1 / seconds_per_sample)``
   samples/s.
 - ``colocated`` (verl's synchronous loop): every device generates, then every device trains:
@@ -51,8 +51,6 @@ Prefill is not modelled separately (measure the generation profile with realisti
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from itertools import product
@@ -60,6 +58,7 @@ from itertools import product
 import numpy as np
 
 from rlweave.plugins.stream_generation.dynamic_batch import groups_to_take
+from rlweave.sim import EngineModel, PullGroups, Request, Simulator
 from rlweave.types import DynamicBatchRequest
 
 ASYNC_STALENESS = 1  # weight versions an async sample may lag (verl's threshold is one more)
@@ -93,12 +92,10 @@ class GenerationProfile:
                              f"with one positive tokens_per_s each, and devices >= 1")
 
     @property
-    def max_batch(self) -> int:
-        return self.batch_sizes[-1]
-
-    def per_sequence_rate(self, batch: int) -> float:
-        """Tokens/s of each of ``batch`` running sequences."""
-        return float(np.interp(batch, self.batch_sizes, self.tokens_per_s)) / batch
+    def model(self) -> EngineModel:
+        """The instance's iteration cost as the shared engine model (its last batch size is its
+        slot count)."""
+        return EngineModel.from_throughput(self.batch_sizes, self.tokens_per_s)
 
 
 @dataclass(frozen=True)
@@ -206,98 +203,46 @@ class Plan:
 
 class ContinuousBatching:
     """Generation on ``engines`` of the groups of ``lengths`` [groups, group_size] that are
-    submitted, event by event.
+    submitted, on the shared simulator (:class:`rlweave.sim.Simulator`), fluid: a group claimed
+    mid-iteration starts at once, and a pause keeps the fraction of a token made.
 
     An engine claims the next whole group (lowest id first: ids are the order of priority)
-    while it has fewer than ``max_batch`` sequences running or waiting (on a submission engines
-    claim in turn, one group per round), and starts waiting sequences as batch slots free up.
-    With ``b`` sequences running, each makes ``tokens_per_s(b) / b`` tokens/s; a pause stops
-    every engine and keeps what it has made (verl's partial rollout).
+    while it has fewer than its batch cap of sequences running or waiting (on a submission
+    engines claim in turn, one group per round), and starts waiting sequences as slots free up.
+    A pause stops every engine and keeps what it has made (verl's partial rollout).
     """
 
     def __init__(self, lengths: np.ndarray, engines: list[GenerationProfile]) -> None:
         self.lengths = np.asarray(lengths, dtype=float)
-        groups, self.group_size = self.lengths.shape
-        self.engines = engines
-        self.done = np.full(groups, np.inf)  # completion time of each group
-        self.busy = np.zeros(len(engines))  # seconds each engine has decoded
-        self._queue: list[int] = []  # heap of submitted groups no engine has claimed
-        self._progress = np.zeros(len(engines))  # tokens made by each running sequence of the engine
-        self._last = np.zeros(len(engines))  # time up to which progress is counted
-        self._started = np.zeros(groups, dtype=int)
-        self._finished = np.zeros(groups, dtype=int)
-        self._running: list[list[tuple[float, int]]] = [[] for _ in engines]  # heap of (finish progress, group)
-        self._waiting: list[deque[int]] = [deque() for _ in engines]  # one entry per sample not started
-        self._events: list[tuple[float, int, int]] = []  # (time of the engine's next finish, engine, version)
-        self._version = np.zeros(len(engines), dtype=int)  # a rescheduled engine's older events are stale
+        self.group_size = self.lengths.shape[1]
+        self.sim = Simulator([e.model for e in engines], placement=PullGroups(), fluid=True)
 
     def submit(self, groups: range | list[int], now: float) -> None:
-        for g in groups:
-            heapq.heappush(self._queue, g)
-        self._advance_all(now)
-        while self._queue and any(self._has_room(e) for e in range(len(self.engines))):
-            for e in range(len(self.engines)):
-                if self._queue and self._has_room(e):
-                    self._claim(e)
-        for e in range(len(self.engines)):
-            self._start_and_schedule(e)
+        self.sim.submit([Request(g * self.group_size + j, now, float(self.lengths[g, j]), group=g)
+                         for g in groups for j in range(self.group_size)])
+
+    @property
+    def done(self) -> np.ndarray:
+        """Completion time of each group (``inf``: not complete, or not submitted)."""
+        finish = np.full(self.lengths.size, np.inf)
+        for i, t in self.sim.finish_s.items():
+            finish[i] = t
+        return finish.reshape(self.lengths.shape).max(axis=1)
+
+    def busy(self, now: float = np.inf) -> np.ndarray:
+        """Seconds each engine has decoded up to ``now``."""
+        return self.sim.busy_s(now)
 
     def pause(self, now: float, until: float) -> None:
         """No engine makes progress from ``now`` to ``until``."""
-        self._advance_all(now)
-        self._last[:] = np.maximum(self._last, until)
-        for e in range(len(self.engines)):
-            self._start_and_schedule(e)
+        self.sim.pause(now, until)
 
     def next_event_s(self) -> float:
-        """When the next sequence finishes (``inf``: nothing is running)."""
-        while self._events and self._events[0][2] != self._version[self._events[0][1]]:
-            heapq.heappop(self._events)
-        return self._events[0][0] if self._events else np.inf
+        """When the simulation next changes (``inf``: nothing left to run)."""
+        return self.sim.next_event_s()
 
     def run_until(self, until: float) -> None:
-        """Process every finish up to ``until``; then count every engine's progress to it."""
-        while np.isfinite(now := self.next_event_s()) and now <= until:
-            _, e, _ = heapq.heappop(self._events)
-            self._advance(e, now)
-            while self._running[e] and self._running[e][0][0] <= self._progress[e] + 1e-9 * max(1.0, self._progress[e]):
-                _, g = heapq.heappop(self._running[e])
-                self._finished[g] += 1
-                if self._finished[g] == self.group_size:
-                    self.done[g] = now
-            while self._queue and self._has_room(e):
-                self._claim(e)
-            self._start_and_schedule(e)
-        if np.isfinite(until):
-            self._advance_all(until)
-
-    def _has_room(self, e: int) -> bool:
-        return len(self._running[e]) + len(self._waiting[e]) < self.engines[e].max_batch
-
-    def _claim(self, e: int) -> None:
-        self._waiting[e].extend([heapq.heappop(self._queue)] * self.group_size)
-
-    def _advance(self, e: int, now: float) -> None:
-        if now > self._last[e]:
-            if self._running[e]:
-                self._progress[e] += self.engines[e].per_sequence_rate(len(self._running[e])) * (now - self._last[e])
-                self.busy[e] += now - self._last[e]
-            self._last[e] = now
-
-    def _advance_all(self, now: float) -> None:
-        for e in range(len(self.engines)):
-            self._advance(e, now)
-
-    def _start_and_schedule(self, e: int) -> None:
-        while self._waiting[e] and len(self._running[e]) < self.engines[e].max_batch:
-            g = self._waiting[e].popleft()
-            heapq.heappush(self._running[e], (self._progress[e] + self.lengths[g, self._started[g]], g))
-            self._started[g] += 1
-        self._version[e] += 1
-        if self._running[e]:
-            rate = self.engines[e].per_sequence_rate(len(self._running[e]))
-            finish = self._last[e] + (self._running[e][0][0] - self._progress[e]) / rate
-            heapq.heappush(self._events, (finish, e, int(self._version[e])))
+        self.sim.run_until(until)
 
 
 def simulate_generation(lengths: np.ndarray, engines: list[GenerationProfile]) -> tuple[np.ndarray, np.ndarray]:
@@ -307,7 +252,7 @@ def simulate_generation(lengths: np.ndarray, engines: list[GenerationProfile]) -
     batching = ContinuousBatching(lengths, engines)
     batching.submit(range(len(batching.lengths)), 0.0)
     batching.run_until(np.inf)
-    return batching.done, batching.busy
+    return batching.done, batching.busy()
 
 
 @dataclass(frozen=True)
@@ -370,11 +315,11 @@ def simulate_async(batches: list[np.ndarray], engines: list[GenerationProfile], 
         ends.append(now)
         if engine_busy is None:
             batching.run_until(now)
-            engine_busy = batching.busy.copy()
+            engine_busy = batching.busy(now)
         step, got = step + 1, 0
     batching.run_until(now)
     window = ends[-1] - ends[0]
-    return AsyncSteps(window / (len(ends) - 1), 1 - float((batching.busy - engine_busy).mean()) / window,
+    return AsyncSteps(window / (len(ends) - 1), 1 - float((batching.busy(now) - engine_busy).mean()) / window,
                       1 - trainer_busy / window)
 
 

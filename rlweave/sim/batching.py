@@ -10,6 +10,11 @@ iteration): a jump ends at the first finish, or earlier at the boundary after so
 the engine's queue. A pause stops every engine (a weight push): the iteration in flight resumes
 after it.
 
+``fluid=True`` is the coarser model StreamRL's planner and the agentic simulation were built on:
+a request placed mid-iteration starts at once, progress counts in fractions of a token, and a
+pause keeps the fraction made. A jump then prefills first (a stall) and decodes at one token
+per ``iteration_s(b)`` after it.
+
 What a request waits in and how it is chosen are the policies (:mod:`rlweave.sim.policies`): a
 placement puts it on an engine's waiting queue, the queue order ranks it there, and the
 preemption rule says whether running requests compete with waiting ones at each boundary.
@@ -28,17 +33,19 @@ import numpy as np
 from rlweave.sim.engine import EngineModel
 from rlweave.sim.policies import ArrivalOrder, KeepRunning, Placement, Preemption, QueueOrder, RoundRobin
 
-_ARRIVAL, _BOUNDARY = 0, 1  # at one instant, arrivals are queued before an engine chooses
+# at one instant, arrivals are queued before an engine chooses, and engines choose in index order
+_ARRIVAL, _BOUNDARY = 0, 1
 
 
 @dataclass(frozen=True)
 class Request:
     """One generation request: ``id`` indexes the simulator's results (0..n-1, arrival order);
-    ``group``: requests a placement keeps together (StreamRL's groups), -1 for none."""
+    ``group``: requests a placement keeps together (StreamRL's groups), -1 for none;
+    ``output_tokens``: whole, but for a fluid simulator."""
 
     id: int
     arrival_s: float
-    output_tokens: int
+    output_tokens: float
     prompt_tokens: int = 0
     group: int = -1
 
@@ -58,13 +65,18 @@ class Iteration:
 
 @dataclass
 class _Jump:
+    """``count`` iterations from ``start``: the first also prefills (``stall_s`` more), then one
+    each ``each_s``; ``end = start + stall_s + count * each_s`` plus any pause inside."""
+
     start: float
-    first_s: float  # the first iteration (with its prefill)
-    each_s: float  # every later one
-    count: int  # iterations until the boundary where the running set may change
+    stall_s: float
+    each_s: float
+    count: float  # iterations until the boundary where the running set may change
     end: float
     pauses: list[tuple[float, float]] = field(default_factory=list)  # pauses inside the jump: from, until
     prefill: int = 0
+    new: tuple[int, ...] = ()  # the requests it prefills
+    carried_s: float = 0.0  # the stall it took over from a cut jump
 
 
 @dataclass
@@ -77,17 +89,18 @@ class _Engine:
     version: int = 0
     resume_at: float = 0.0
     busy_s: float = 0.0
+    carry_s: float = 0.0  # a fluid engine's prefill stall left unpaid when its jump was cut
 
 
 class Simulator:
     """Continuous batching of submitted requests on ``engines`` (one :class:`EngineModel` per
     instance; ``slots``: per instance where the models leave it open). Feed it with
     :meth:`submit`, advance it with :meth:`run_until` (or :meth:`run` to the end), read
-    :attr:`finish_s`, :meth:`busy_s` and :attr:`log`."""
+    :attr:`finish_s`, :meth:`busy_s` and :attr:`log`. ``fluid``: see the module docstring."""
 
     def __init__(self, engines: Sequence[EngineModel], order: QueueOrder | None = None,
                  preemption: Preemption | None = None, placement: Placement | None = None,
-                 slots: Sequence[int] | None = None) -> None:
+                 slots: Sequence[int] | None = None, fluid: bool = False) -> None:
         slots = list(slots) if slots is not None else [m.slots for m in engines]
         if not engines or len(slots) != len(engines) or any(s is None or s < 1 for s in slots):
             raise ValueError(f"Simulator needs at least one engine and a slot count >= 1 for each (from the "
@@ -96,12 +109,13 @@ class Simulator:
         self.order = order or ArrivalOrder()
         self.preemption = preemption or KeepRunning()
         self.placement = placement or RoundRobin()
+        self.fluid = fluid
         self.requests: dict[int, Request] = {}
-        self.left: dict[int, int] = {}
+        self.left: dict[int, float] = {}
         self.finish_s: dict[int, float] = {}
         self.log: list[Iteration] = []
         self._prefilled: set[int] = set()
-        self._events: list[tuple[float, int, int, object]] = []
+        self._events: list[tuple[float, int, int, int, object]] = []  # (time, kind, engine, seq, payload)
         self._seq = itertools.count()
 
     @property
@@ -112,13 +126,15 @@ class Simulator:
         """Requests that arrive at their ``arrival_s`` (those arriving together, together)."""
         by_time: dict[float, list[Request]] = {}
         for r in requests:
-            if r.id in self.requests or r.output_tokens < 1:
-                raise ValueError(f"request {r.id}: ids must be new and output_tokens >= 1, got {r}")
+            whole = self.fluid or float(r.output_tokens).is_integer()
+            if r.id in self.requests or r.output_tokens <= 0 or not whole:
+                raise ValueError(f"request {r.id}: ids must be new and output_tokens > 0 (whole tokens unless the "
+                                 f"simulator is fluid), got {r}")
             self.requests[r.id] = r
-            self.left[r.id] = int(r.output_tokens)
+            self.left[r.id] = r.output_tokens
             by_time.setdefault(r.arrival_s, []).append(r)
         for t, batch in by_time.items():
-            heapq.heappush(self._events, (t, _ARRIVAL, next(self._seq), batch))
+            heapq.heappush(self._events, (t, _ARRIVAL, -1, next(self._seq), batch))
 
     def pause(self, now: float, until: float) -> None:
         """No engine makes progress from ``now`` to ``until``; an iteration in flight resumes
@@ -127,8 +143,9 @@ class Simulator:
             e.resume_at = max(e.resume_at, until)
             if e.jump is not None and e.jump.end > now:
                 self._cut(k, now)
-                e.jump.pauses.append((now, until))
-                e.jump.end += until - now
+                if e.jump.count and not self.fluid:  # the iteration in flight resumes after the pause
+                    e.jump.pauses.append((now, until))
+                    e.jump.end += until - now
                 self._schedule(k, e.jump.end)
 
     def next_event_s(self) -> float:
@@ -140,7 +157,7 @@ class Simulator:
     def run_until(self, until: float) -> None:
         """Process every event up to and including ``until``."""
         while math.isfinite(t := self.next_event_s()) and t <= until:
-            now, kind, _, payload = heapq.heappop(self._events)
+            now, kind, _, _, payload = heapq.heappop(self._events)
             if kind == _ARRIVAL:
                 self.placement.arrive(self, payload, now)
             else:
@@ -171,29 +188,42 @@ class Simulator:
         for r in requests:
             heapq.heappush(e.waiting, (self.order.key(r, self.left[r.id]), r.id))
         if e.jump is None:
-            e.jump = _Jump(start=max(now, e.resume_at), first_s=0.0, each_s=0.0, count=0, end=max(now, e.resume_at))
+            start = max(now, e.resume_at)
+            e.jump = _Jump(start=start, stall_s=0.0, each_s=0.0, count=0, end=start)
             self._schedule(engine, e.jump.end)
         elif e.jump.end > now and self._cut(engine, now):
             self._schedule(engine, e.jump.end)
 
     def _cut(self, engine: int, now: float) -> bool:
-        """Shorten the engine's jump to end at its first boundary at or after ``now``."""
-        j = self._engines[engine].jump
-        if j.pauses or j.count <= 1:
+        """Shorten the engine's jump to end at its first boundary at or after ``now`` (fluid:
+        at ``now``, with the unpaid part of its prefill stall carried to the next jump)."""
+        e = self._engines[engine]
+        j = e.jump
+        if j.pauses or not j.count:
             return False
-        done = 1 if now <= j.start + j.first_s else 1 + math.ceil((now - j.start - j.first_s) / j.each_s - 1e-12)
+        if now <= j.start:  # not begun (it waits for a pause to end): the engine chooses afresh then
+            self._prefilled.difference_update(j.new)
+            e.carry_s, j.count, j.stall_s, j.end = j.carried_s, 0, 0.0, j.start
+            return True
+        decoding = max(0.0, now - j.start - j.stall_s) / j.each_s
+        if self.fluid:
+            e.carry_s = max(0.0, j.start + j.stall_s - now)
+            j.stall_s -= e.carry_s
+            j.count, j.end = min(decoding, j.count), max(now, j.start)
+            return True
+        done = max(1, math.ceil(decoding - 1e-12))
         if done >= j.count:
             return False
-        j.count, j.end = done, j.start + j.first_s + (done - 1) * j.each_s
+        j.count, j.end = done, j.start + j.stall_s + done * j.each_s
         return True
 
     def _schedule(self, engine: int, at: float) -> None:
         e = self._engines[engine]
         e.version += 1
-        heapq.heappush(self._events, (at, _BOUNDARY, next(self._seq), (engine, e.version)))
+        heapq.heappush(self._events, (at, _BOUNDARY, engine, next(self._seq), (engine, e.version)))
 
     def _stale(self, event: tuple) -> bool:
-        return event[1] == _BOUNDARY and event[3][1] != self._engines[event[3][0]].version
+        return event[1] == _BOUNDARY and event[4][1] != self._engines[event[2]].version
 
     def _boundary(self, engine: int, now: float) -> None:
         """The engine's jump ended: count its tokens, retire finished requests, refill, choose."""
@@ -202,7 +232,7 @@ class Simulator:
             self._account(engine, e.jump)
             for i in e.running:
                 self.left[i] -= e.jump.count
-            for i in [i for i in e.running if self.left[i] == 0]:
+            for i in [i for i in e.running if self.left[i] <= 1e-9 * max(1.0, self.requests[i].output_tokens)]:
                 self.finish_s[i] = now
                 e.running.remove(i)
         e.jump = None
@@ -228,10 +258,12 @@ class Simulator:
         new = [i for i in e.running if i not in self._prefilled]
         prefill = sum(self.requests[i].prompt_tokens + self.requests[i].output_tokens - self.left[i] for i in new)
         self._prefilled.update(new)
-        b = len(e.running)
-        first, each = e.model.iteration_s(b, prefill), e.model.iteration_s(b)
+        stall = e.model.iteration_s(0, prefill) - e.model.iteration_s(0) + e.carry_s
+        each = e.model.iteration_s(len(e.running))
         count = min(self.left[i] for i in e.running)
-        e.jump = _Jump(start, first, each, count, start + first + (count - 1) * each, prefill=prefill)
+        e.jump = _Jump(start, stall, each, count, start + stall + count * each, prefill=prefill, new=tuple(new),
+                       carried_s=e.carry_s)
+        e.carry_s = 0.0
         self._schedule(engine, e.jump.end)
 
     def _account(self, engine: int, j: _Jump) -> None:
