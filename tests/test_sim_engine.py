@@ -20,16 +20,20 @@ def test_the_fit_recovers_the_terms_whose_inputs_vary() -> None:
     rng = np.random.default_rng(0)
     decoding, prompt = rng.integers(1, 16, 50), rng.integers(0, 500, 50)
     seconds = 3e-3 + 4e-4 * decoding + 2e-5 * prompt
-    fit = EngineModel.fit(seconds, decoding, prompt, slots=16)
+    fit = EngineModel.fit(decoding, seconds, slots=16, prefill_tokens=prompt)
     assert (fit.base_s, fit.per_seq_s, fit.prefill_s_per_token) == pytest.approx((3e-3, 4e-4, 2e-5))
     assert fit.slots == 16
-    # decode iterations only (FastServe's line over tokens): the batch never varies, so it folds into base
-    line = EngineModel.fit(3e-3 + 2e-5 * prompt, [1] * 50, prompt)
+    # FastServe's line over tokens: the batch never varies, so it folds into base
+    line = EngineModel.fit([1] * 50, 3e-3 + 2e-5 * prompt, prefill_tokens=prompt)
     assert (line.base_s, line.per_seq_s, line.prefill_s_per_token) == pytest.approx((3e-3, 0.0, 2e-5))
+    # Heddle's decode line, its prefill cost measured apart
+    heddle = EngineModel.fit([1, 8], [3e-3, 1e-2], 8, 1e-5)
+    assert (heddle.base_s, heddle.per_seq_s, heddle.slots, heddle.prefill_s_per_token) == pytest.approx(
+        (2e-3, 1e-3, 8, 1e-5))
     # noise that tilts the line below zero is clamped: no term costs less than nothing
-    assert EngineModel.fit([2.0, 1.0], [1, 2]).per_seq_s == 0.0
-    with pytest.raises(ValueError, match="one decoding/prefill count per measured iteration"):
-        EngineModel.fit([1.0, 2.0], [1, 2, 3])
+    assert EngineModel.fit([1, 2], [2.0, 1.0]).per_seq_s == 0.0
+    with pytest.raises(ValueError, match="one decoding \\(and prefill\\) count per measured iteration"):
+        EngineModel.fit([1, 2, 3], [1.0, 2.0])
 
 
 def test_a_throughput_table_is_the_decode_cost() -> None:

@@ -5,7 +5,8 @@ to the instance whose cost grows least (longest-processing-time-first list sched
 the long trajectories, which decide the makespan, land on different instances and each leads
 its own queue, and the predicted work is spread evenly.
 
-The instance cost is an interference model calibrated on the engine: one decode iteration takes
+The instance cost is an interference model calibrated on the engine, rlweave's one engine model
+(:class:`rlweave.sim.EngineModel`): one decode iteration takes
 ``iteration_s(B) = base_s + per_seq_s * B`` for a batch of ``B`` (at most ``slots``); an
 instance holding trajectories ``S`` finishes no sooner than its longest member running in a
 batch of ``min(|S|, slots)``, and no sooner than its total tokens at full-batch throughput.
@@ -22,31 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from rlweave.sim import EngineModel
 
-
-@dataclass(frozen=True)
-class EngineCostModel:
-    """Per-iteration time of one engine instance, measured on the running engine."""
-
-    base_s: float
-    per_seq_s: float
-    slots: int
-    prefill_s_per_token: float = 0.0
-
-    def iteration_s(self, batch: int) -> float:
-        return self.base_s + self.per_seq_s * min(max(batch, 1), self.slots)
-
-    @classmethod
-    def fit(cls, batch_sizes: Sequence[int], iteration_s: Sequence[float], slots: int,
-            prefill_s_per_token: float = 0.0) -> EngineCostModel:
-        """Least-squares line through measured (batch size, iteration time) points."""
-        b = np.asarray(batch_sizes, dtype=float)
-        t = np.asarray(iteration_s, dtype=float)
-        if len(set(b)) < 2:
-            return cls(float(t.mean()), 0.0, slots, prefill_s_per_token)
-        per_seq, base = np.polyfit(b, t, 1)
-        return cls(max(float(base), 0.0), max(float(per_seq), 0.0), slots, prefill_s_per_token)
+# The name the agentic benchmarks and the plugin's settings know the engine model by.
+EngineCostModel = EngineModel
 
 
 @dataclass(frozen=True)
@@ -81,7 +61,7 @@ class _RunCost:
 
     def _critical_with(self, t: TrajectoryLoad) -> float:
         n = len(self.members) + 1
-        step = self.model.iteration_s(n)
+        step = self.model.iteration_s(min(n, self.model.slots))  # a batch never exceeds the slots
         if n <= self.model.slots:
             return max(x.remaining_tokens * step + x.remaining_tool_s for x in (*self.members, t))
         return max(self.critical, t.remaining_tokens * step + t.remaining_tool_s)

@@ -72,20 +72,21 @@ class EngineModel:
                    throughput=tuple((int(b), float(t)) for b, t in zip(batch_sizes, tokens_per_s, strict=True)))
 
     @classmethod
-    def fit(cls, seconds: Sequence[float], decoding: Sequence[int] | None = None,
-            prefill_tokens: Sequence[int] | None = None, slots: int | None = None) -> EngineModel:
-        """Least squares of measured iteration ``seconds`` on the terms whose inputs vary
-        (``decoding`` sequences, ``prefill_tokens``); a term whose input never varies is folded
-        into ``base_s``. Each term is then clamped at 0 (noise must not make a cost negative)."""
+    def fit(cls, decoding: Sequence[int], seconds: Sequence[float], slots: int | None = None,
+            prefill_s_per_token: float = 0.0, prefill_tokens: Sequence[int] | None = None) -> EngineModel:
+        """Least squares of measured iteration ``seconds`` on the terms whose inputs vary: the
+        ``decoding`` batch sizes and, where given, the ``prefill_tokens`` (else the prefill
+        cost is ``prefill_s_per_token``, measured apart). A term whose input never varies folds
+        into ``base_s``; each term is then clamped at 0 (noise must not make a cost negative)."""
         t = np.asarray(seconds, dtype=float)
         names, columns = [], []
         for name, values in (("per_seq_s", decoding), ("prefill_s_per_token", prefill_tokens)):
-            if values is not None and len(set(values)) > 1:
+            if values is not None and len(values) == len(t) and len(set(values)) > 1:
                 names.append(name)
                 columns.append(np.asarray(values, dtype=float))
-        if not len(t) or any(len(c) != len(t) for c in columns):
-            raise ValueError("EngineModel.fit needs one decoding/prefill count per measured iteration, and at "
-                             "least one iteration")
+        if not len(t) or len(decoding) != len(t) or (prefill_tokens is not None and len(prefill_tokens) != len(t)):
+            raise ValueError("EngineModel.fit needs one decoding (and prefill) count per measured iteration, and "
+                             "at least one iteration")
         coef = np.linalg.lstsq(np.column_stack([np.ones(len(t)), *columns]), t, rcond=None)[0]
-        terms = {name: max(float(c), 0.0) for name, c in zip(names, coef[1:])}
+        terms = {"prefill_s_per_token": prefill_s_per_token} | {n: max(float(c), 0.0) for n, c in zip(names, coef[1:])}
         return cls(base_s=max(float(coef[0]), 0.0), slots=slots, **terms)
