@@ -3,7 +3,8 @@
 FastServe looks a request's prefill time up in a table profiled offline for each model and GPU
 (its shipped OPT-13B table puts every request in the top level, see the research note). Here
 the table is a line fitted to the engine's own iterations, so it is right for the machine, the
-model and the load the engine actually runs with.
+model and the load the engine actually runs with: rlweave's one engine model
+(:class:`rlweave.sim.EngineModel`), with every computed token priced as a prefill token.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
+from rlweave.sim import EngineModel
 
 
 class IterationProfile:
@@ -29,7 +32,7 @@ class IterationProfile:
         self.refit_every = refit_every
         self._since_fit = 0
         self._buckets: dict[int, deque[tuple[int, float]]] = {}
-        self._fit: tuple[float, float] | None = None
+        self._fit: EngineModel | None = None
         self.shortest_s = float("inf")
         self.ready = False  # enough samples, over at least two token buckets, to fit a line
 
@@ -50,16 +53,20 @@ class IterationProfile:
                           and sum(map(len, self._buckets.values())) >= self.min_samples)
             self._fit = None
 
-    def line(self) -> tuple[float, float]:
-        """``(fixed_s, per_token_s)``; both clamped at >= 0. Requires :attr:`ready`."""
+    def model(self) -> EngineModel:
+        """The engine model fitted to the kept samples (``base_s`` the fixed cost, each token a
+        ``prefill_s_per_token``), refitted on the cadence above. Requires :attr:`ready`."""
         if self._fit is None:
             self._since_fit = 0
             samples = np.array([s for b in self._buckets.values() for s in b], dtype=float)
-            per_token, fixed = np.polyfit(samples[:, 0], samples[:, 1], 1)
-            self._fit = (max(float(fixed), 0.0), max(float(per_token), 0.0))
+            self._fit = EngineModel.fit(np.ones(len(samples)), samples[:, 1], prefill_tokens=samples[:, 0])
         return self._fit
+
+    def line(self) -> tuple[float, float]:
+        """``(fixed_s, per_token_s)``; both clamped at >= 0. Requires :attr:`ready`."""
+        model = self.model()
+        return model.base_s, model.prefill_s_per_token
 
     def prefill_s(self, prompt_len: int) -> float:
         """Estimated wall time of an iteration that prefills ``prompt_len`` tokens alone."""
-        fixed, per_token = self.line()
-        return fixed + per_token * prompt_len
+        return self.model().iteration_s(0, prompt_len)
