@@ -308,7 +308,10 @@ class Received:
 class HeartbeatReceiver:
     """The monitor's end: a UDP socket on an ephemeral port of ``host`` (the one address the
     job's workers need: see :func:`rlweave.adapters.verl.resilience_monitor.bind_address`),
-    accepting only datagrams sealed on ``channel``, and counting the rest by reason."""
+    accepting only datagrams sealed on ``channel``, and counting the rest by reason.
+
+    The socket blocks: a monitor's thread sleeps in one ``recvfrom`` per datagram and never
+    wakes while nothing arrives (:meth:`close` wakes it with a datagram of its own)."""
 
     def __init__(self, host: str, channel: Channel) -> None:
         self.channel = channel
@@ -316,14 +319,20 @@ class HeartbeatReceiver:
         self.drops = dict.fromkeys(DROP_REASONS, 0)  # keys fixed: read from other threads
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.bind((host, 0))
-        self._sock.settimeout(0.2)
-        self.address = f"{host}:{self._sock.getsockname()[1]}"
+        self._own = self._sock.getsockname()
+        self._closed = False
+        self.address = f"{host}:{self._own[1]}"
 
-    def receive(self) -> Received | None:
-        """One accepted datagram, or ``None`` (after 0.2 s without one, or for one dropped)."""
+    def receive(self, timeout_s: float | None = 0.2) -> Received | None:
+        """One accepted datagram, or ``None``: after ``timeout_s`` without one (``None``: wait
+        until one arrives or the receiver is closed), or for one dropped."""
         try:
+            if timeout_s is not None and not select.select([self._sock], [], [], timeout_s)[0]:
+                return None
             data, origin = self._sock.recvfrom(MAX_DATAGRAM + 1)
-        except (TimeoutError, OSError):
+        except (OSError, ValueError):  # closed
+            return None
+        if self._closed:
             return None
         try:
             return self._accept(data, origin)
@@ -355,4 +364,10 @@ class HeartbeatReceiver:
             pass
 
     def close(self) -> None:
+        """Close the socket, waking a thread blocked in :meth:`receive` (it returns ``None``)."""
+        self._closed = True
+        try:
+            self._sock.sendto(b"", self._own)
+        except OSError:
+            pass
         self._sock.close()

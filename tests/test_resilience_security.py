@@ -197,8 +197,8 @@ def test_a_replayed_or_stale_genuine_datagram_is_dropped(job, monkeypatch):
 def test_a_datagram_sealed_for_another_job_is_dropped(job):
     """Another job's datagram: its own key (the MAC fails), or, were a key shared, its job id."""
     monitor, _ = job
-    other_job, same_key_other_id = Channel("job-b", os.urandom(32)), monitor.sender_channel()
-    same_key_other_id.job = "job-b"
+    other_job = Channel("job-b", os.urandom(32))
+    same_key_other_id = Channel("job-b", bytes.fromhex(monitor.channel.key_hex()))
     before = monitor.drops()
     send(monitor, other_job.seal(beat_body("trainer:5", os.getpid())),
          same_key_other_id.seal(beat_body("trainer:5", os.getpid())))
@@ -276,6 +276,38 @@ def test_the_monitor_binds_only_the_address_it_is_given():
         assert monitor.receiver._sock.getsockname()[0] == LOOPBACK
     finally:
         monitor.stop()
+    # Its receiving thread sleeps in recvfrom without a timeout: stopping must wake it.
+    for thread in monitor.threads:
+        thread.join(timeout=2.0)
+        assert not thread.is_alive(), thread.name
+
+
+def test_every_byte_of_a_sealed_datagram_is_covered_by_its_mac():
+    """Any change to a sealed datagram (its header, the job, sender and receiver ids, the body,
+    the MAC itself) is refused before anything is parsed; and what a holder of the key could
+    seal that is not a well-formed datagram (a short header, a time that is no number, a body
+    that is no object) is refused as malformed, not read."""
+    sender, monitor = Channel("job-a", b"k" * 32), Channel("job-a", b"k" * 32, hc.MONITOR)
+    sealed = sender.seal(beat_body(GENUINE, os.getpid()))
+    assert monitor.open(sealed).body["worker"] == GENUINE
+    for i in range(len(hc.MAGIC), len(sealed)):
+        tampered = bytearray(sealed)
+        tampered[i] ^= 0x01
+        with pytest.raises(hc.Rejected) as refused:
+            monitor.open(bytes(tampered))
+        assert refused.value.reason == "bad_mac", i
+
+    def forged_by_a_key_holder(payload: bytes) -> bytes:
+        return hc.MAGIC + monitor._mac(payload) + payload
+
+    ids = b"job-a" + b"x" * 4 + hc.MONITOR.encode()
+    header = hc.HEADER.pack(1, time.time(), 5, 4, len(hc.MONITOR))
+    for payload in (header[:7], hc.HEADER.pack(1, float("nan"), 5, 4, len(hc.MONITOR)) + ids + b"{}",
+                    header + ids + b"[]", header + ids + b"{"):
+        with pytest.raises(hc.Rejected) as refused:
+            monitor.open(forged_by_a_key_holder(payload))
+        assert refused.value.reason == "malformed", payload
+    assert monitor.open(forged_by_a_key_holder(header + ids + b"{}")).sender == "xxxx"
 
 
 def test_the_chaos_tool_refuses_a_job_started_without_it(monkeypatch):

@@ -228,7 +228,7 @@ class ResilienceMonitor:
         self.counters: dict[str, int] = {}
         self.refused = dict.fromkeys(REFUSALS, 0)  # beats and requests that passed the channel, refused
         self.sender_cpu_s: dict[tuple[str, int], float] = {}  # (worker, pid) -> its sender's CPU so far
-        self.thread_cpu_s: dict[str, float] = {}  # the monitor's threads' CPU so far
+        self.thread_cpu_s = {"receive": 0.0, "check": 0.0}  # the monitor's threads' CPU so far (keys fixed)
         self.chaos = None
         if faults is not None:
             from rlweave.adapters.verl.chaos import FaultInjector
@@ -240,8 +240,10 @@ class ResilienceMonitor:
             contact = {"address": self.receiver.address, "key": self.channel.key_hex(), "chaos": self.chaos is not None}
             _internal_kv_put(kv_key(job_id), json.dumps(contact).encode(), overwrite=True)
         self.running = True
-        for target in (self._receive_forever, self._check_forever):
-            threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}").start()
+        self.threads = [threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}")
+                        for target in (self._receive_forever, self._check_forever)]
+        for thread in self.threads:
+            thread.start()
 
     # ------------------------------------------------------------------ the trainer's (and chaos') API
 
@@ -312,7 +314,7 @@ class ResilienceMonitor:
 
     def stop(self) -> None:
         self.running = False
-        self.receiver.close()  # the receiving thread's wait ends with it
+        self.receiver.close()  # wakes the receiving thread, which then ends
         if ray.is_initialized():
             from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_initialized
 
@@ -323,7 +325,7 @@ class ResilienceMonitor:
 
     def _receive_forever(self) -> None:
         while self.running:
-            got = self.receiver.receive()
+            got = self.receiver.receive(timeout_s=None)  # asleep until a datagram (or stop) comes
             self._count_cpu("receive")
             if got is None:
                 continue
@@ -339,9 +341,9 @@ class ResilienceMonitor:
                 print(f"rlweave resilience monitor: dropped a beat ({type(error).__name__}: {error})")
 
     def _count_cpu(self, thread: str) -> None:
-        """This thread's CPU so far (read in the thread itself)."""
-        with self.lock:
-            self.thread_cpu_s[thread] = time.thread_time()
+        """This thread's CPU so far (read in the thread itself; one key per thread, so that a
+        plain store suffices: :meth:`costs` only sums)."""
+        self.thread_cpu_s[thread] = time.thread_time()
 
     def _admitted(self, m: dict[str, Any]) -> bool:
         """Whether a sealed beat may enter the table: well formed, room for a new name, and a
