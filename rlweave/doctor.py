@@ -8,7 +8,8 @@ and why.
 
 doctor reads what plugins declare; it holds no list of them. The hooks a plugin implements
 reach the frameworks whose adapters call those hooks (read from the adapters' source), and its
-``rlweave_framework_requirements`` name the framework settings it needs, some of which need
+``rlweave_needs``, mapped onto verl's settings by the verl adapter's table
+(:mod:`rlweave.adapters.verl_needs`), name the framework settings it needs, some of which need
 another framework (a rollout engine) or a GPU (:data:`rlweave.frameworks.SETTING_FRAMEWORKS`,
 :data:`~rlweave.frameworks.DEVICE_SETTINGS`). A plugin with something more to say about an
 environment (the KV mode of an engine, a kernel backend) adds one entry to :data:`PLUGIN_NOTES`.
@@ -34,10 +35,12 @@ import pluggy
 
 from rlweave.config import ConfigError, RlweaveConfig, build_config, settings_from_env
 from rlweave.environments import ENVIRONMENTS, rig_dir, site_packages
+from rlweave.adapters.verl_needs import verl_requirements
 from rlweave.adapters.vllm.shape import shape_in
 from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING_FRAMEWORKS, verification
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
 from rlweave.registry import plugins
+from rlweave.requirements import gathered
 from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, ROLLOUT_STATE, VERL_CPU
 from rlweave.types import SettingRequirement
 
@@ -132,8 +135,7 @@ def plugin_facts(name: str, module_name: str) -> PluginFacts:
     hooks = {caller.name for caller in pm.get_hookcallers(module) or ()}
     callers = hook_callers()
     reaches = frozenset(fw for hook in hooks for fw in callers.get(hook, ()))
-    answers = pm.hook.rlweave_framework_requirements(framework="verl")
-    return PluginFacts(name, reaches, tuple(r for answer in answers for r in answer))
+    return PluginFacts(name, reaches, tuple(verl_requirements(gathered(pm.hook.rlweave_needs()))))
 
 
 def gpu_present() -> bool:

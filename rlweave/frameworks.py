@@ -143,7 +143,7 @@ def verification(name: str, version: str) -> tuple[str, str]:
 
 
 # Framework settings whose value names another framework: a plugin that requires such a setting
-# (``rlweave_framework_requirements``) needs that framework installed beside this one.
+# (a need, ``rlweave_needs``, that the adapter maps onto it) needs that framework installed beside this one.
 SETTING_FRAMEWORKS: dict[tuple[str, str], dict[str, str]] = {
     ("verl", "actor_rollout_ref.rollout.name"): {"vllm": "vllm", "sglang": "sglang"},
     ("verl", "actor_rollout_ref.actor.strategy"): {"megatron": "megatron-core"},

@@ -1,4 +1,5 @@
-"""Checking the framework settings that enabled plugins need (``rlweave_framework_requirements``).
+"""Checking the framework settings that enabled plugins need (their ``rlweave_needs``, mapped by
+each framework's adapter onto its settings, e.g. :mod:`rlweave.adapters.verl_needs`).
 
 Plugins compose when every setting that two of them need has a value both accept. This module
 decides that, for any framework, from the plugins' answers and the settings a run was given:

@@ -45,11 +45,38 @@ class StageContext:
     batch_size: int = 0
 
 
+class Need(str, Enum):
+    """What a plugin needs of the framework that runs it, in neutral words. Each framework's
+    adapter maps a need onto its own settings (verl: :mod:`rlweave.adapters.verl_needs`) and
+    refuses, before a job starts, settings that cannot meet it or two plugins whose needs no one
+    setting meets together; a plugin never names a framework setting."""
+
+    ENGINE_PRIORITIES = "engine_priorities"  # the rollout engine serves requests by a per-request priority
+    TURN_REPORTS = "turn_reports"  # the rollout reports each turn of a trajectory (rlweave's agent loops)
+    STREAMING_TRAINER = "streaming_trainer"  # the trainer takes samples as they finish (rlweave's stream trainer)
+    STEP_REDO = "step_redo"  # the trainer can redo the step in flight (a synchronous loop)
+    HOST_SNAPSHOT = "host_snapshot"  # each rank's model and optimizer state fit one host-memory copy
+    MOE_LAYERS = "moe_layers"  # training runs Megatron-core MoE layers
+    ROUTING_REPLAY = "routing_replay"  # training replays the rollout's expert routing
+    TP_LINEARS = "tp_linears"  # training runs Megatron-core tensor-parallel linears
+    RLWEAVE_LAYERS = "rlweave_layers"  # the training engine builds its layers from rlweave's spec provider
+
+
+@dataclass(frozen=True)
+class PluginNeed:
+    """One need of one plugin (its config section), with why it has it, in the plugin's words."""
+
+    need: Need
+    plugin: str
+    why: str
+
+
 @dataclass(frozen=True)
 class SettingRequirement:
     """A framework setting that an enabled plugin needs in order to work.
 
-    ``key`` is the framework's dotted config key (verl: ``trainer.v1.trainer_mode``); its value
+    An adapter derives it from a plugin's :class:`PluginNeed`. ``key`` is the framework's dotted
+    config key (verl: ``trainer.v1.trainer_mode``); its value
     must be one of ``allowed``. ``default`` is the framework's own value when the key is not set
     (``None``: not known, so an unset key is not checked). ``why`` says, in words, what breaks
     otherwise; ``plugin`` is the config section that needs it. Adapters check these before a

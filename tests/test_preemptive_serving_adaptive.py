@@ -167,12 +167,13 @@ def test_preemptive_serving_composes_with_agentic_rollouts_priority_policy(monke
     # agentic_rollout needs vLLM's priority policy; preemptive serving orders within it and
     # declares no requirement of its own, so the settings agentic_rollout asks for suffice.
     from rlweave.host import activate
+    from rlweave.adapters.verl_needs import verl_requirements
     from rlweave.requirements import gathered
 
     for plugin in ("AGENTIC_ROLLOUT", "PREEMPTIVE_SERVING"):
         monkeypatch.setenv(f"RLWEAVE__{plugin}__ENABLE", "true")
     host = activate(export_env=False)
-    requirements = gathered(host.hook.rlweave_framework_requirements(framework="verl"))
+    requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
     assert {r.plugin for r in requirements} == {"agentic_rollout"}
     settings = {r.key: r.allowed[0] for r in requirements}
     assert settings["actor_rollout_ref.rollout.scheduling_policy"] == "priority"

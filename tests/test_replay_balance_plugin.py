@@ -159,11 +159,13 @@ def test_verl_jobs_are_refused_before_they_start_and_doctor_says_why():
     """verl's Megatron engine does not build ReLibra layers (nor overlap's linears) yet: the
     command-line check refuses the plugin with the cause and the fix, and doctor reports it."""
     from rlweave.doctor import _requirement_problem
-    from rlweave.plugins.overlap.plugin import VERL_REQUIREMENTS as OVERLAP
-    from rlweave.plugins.replay_balance.plugin import VERL_REQUIREMENTS as BALANCE
+    from rlweave.adapters.verl_needs import verl_requirements
+    from rlweave.plugins.overlap.plugin import NEEDS as OVERLAP
+    from rlweave.plugins.replay_balance.plugin import NEEDS as BALANCE
     from rlweave.requirements import problems
 
-    for plugin, requirements in (("replay_balance", BALANCE), ("overlap", OVERLAP)):
+    for plugin, needs in (("replay_balance", BALANCE), ("overlap", OVERLAP)):
+        requirements = verl_requirements(needs)
         values = {f"rlweave.{plugin}.enable": "true", "actor_rollout_ref.actor.strategy": "megatron",
                   "actor_rollout_ref.actor.megatron.router_replay.mode": "R3"}
         [message] = problems(requirements, values, "verl command line")

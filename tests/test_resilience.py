@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from rlweave.adapters.verl_needs import verl_requirements
 from rlweave.chaos import format_fault, parse_fault, parse_faults
 from rlweave.config import ConfigError, Setting, build_config
 from rlweave.host import build_plugin_manager
 from rlweave.plugins.resilience.checkpoints import newest_good
 from rlweave.plugins.resilience.monitor import HealthMonitor, MonitorPolicy
 from rlweave.plugins.resilience.policy import RecoveryPolicy
+from rlweave.requirements import gathered
 from rlweave.types import (
     CheckpointCandidate,
     FaultSpec,
@@ -208,7 +210,7 @@ def test_hooks_through_the_host():
     hook = build_plugin_manager(config).hook
     settings = hook.rlweave_resilience_settings()
     assert settings.heartbeat_s == 0.5 and settings.faults == (FaultSpec("kill", "trainer:1", 3),) and settings.chaos
-    keys = {r.key for answer in hook.rlweave_framework_requirements(framework="verl") for r in answer}
+    keys = {r.key for r in verl_requirements(gathered(hook.rlweave_needs()))}
     assert keys == {"trainer.use_v1", "trainer.v1.trainer_mode", "actor_rollout_ref.actor.strategy"}
     hook.rlweave_heartbeat(beat=beat("trainer:0", 1.0))
     hook.rlweave_heartbeat(beat=Heartbeat("trainer:0", 1.5, alive=False))
@@ -218,11 +220,12 @@ def test_hooks_through_the_host():
 
 
 def test_verl_settings_that_resilience_cannot_run_with_are_refused_with_the_fix():
-    from rlweave.plugins.resilience.plugin import VERL_REQUIREMENTS
+    from rlweave.plugins.resilience.plugin import NEEDS
     from rlweave.requirements import problems
 
-    assert problems(VERL_REQUIREMENTS, {}, "cmd") == []  # verl's defaults: v1, sync, FSDP
-    [found] = problems(VERL_REQUIREMENTS, {"trainer.v1.trainer_mode": "colocate_async"}, "cmd")
+    requirements = verl_requirements(NEEDS)
+    assert problems(requirements, {}, "cmd") == []  # verl's defaults: v1, sync, FSDP
+    [found] = problems(requirements, {"trainer.v1.trainer_mode": "colocate_async"}, "cmd")
     assert "set trainer.v1.trainer_mode=sync" in found
 
 
@@ -230,11 +233,11 @@ def test_verl_settings_that_resilience_cannot_run_with_are_refused_with_the_fix(
 def test_resilience_and_stream_generation_together_name_both_plugins_needs_in_one_message():
     """Both enabled through the real config and host: the one message names each plugin's own
     requirement of verl's trainer mode (as the plugins declare them, not copies)."""
-    from rlweave.requirements import gathered, problems
+    from rlweave.requirements import problems
 
     config = build_config([Setting("resilience.enable", True, "test"),
                            Setting("stream_generation.enable", True, "test")])
-    requirements = gathered(build_plugin_manager(config).hook.rlweave_framework_requirements(framework="verl"))
+    requirements = verl_requirements(gathered(build_plugin_manager(config).hook.rlweave_needs()))
     [conflict] = [p for p in problems(requirements, {}, "cmd") if "trainer.v1.trainer_mode" in p]
     assert "cannot run together" in conflict
     assert "rlweave.resilience needs trainer.v1.trainer_mode in {sync}" in conflict

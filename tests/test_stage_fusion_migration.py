@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from rlweave.adapters.verl_needs import verl_requirements
 from rlweave.config import ConfigError, Setting, build_config
 from rlweave.host import build_plugin_manager
 from rlweave.plugins.stage_fusion.migration import EngineCost, InferenceCost, plan_migration, simulate_stage
@@ -130,7 +131,7 @@ def test_the_plugin_plans_each_step_from_the_lengths_of_the_step_before(monkeypa
                            Setting("stage_fusion.decode_per_seq_ms", 0.0, "test")])
     hook = build_plugin_manager(config).hook
     assert hook.rlweave_stream_settings() == StreamSettings()  # on-policy, the trainer's defaults
-    assert [r.key for r in hook.rlweave_framework_requirements(framework="verl")[0]] == ["trainer.v1.trainer_mode"]
+    assert [r.key for r in verl_requirements(hook.rlweave_needs()[0])] == ["trainer.v1.trainer_mode"]
     step = FusionStep(step=1, samples=8, instances=instances(True, False), prompt_len=8,
                       inference_s_per_sample=1.0)
     with caplog.at_level(logging.INFO, logger="rlweave.plugins.stage_fusion.inter_stage"):

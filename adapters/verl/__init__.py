@@ -33,6 +33,7 @@ from rlweave.patches import (
     ROLLOUT_STATE,
     apply_patches,
 )
+from rlweave.adapters.verl_needs import verl_requirements
 from rlweave.requirements import check_requirements, gathered
 from rlweave.types import FrameworkInfo, SettingRequirement
 
@@ -53,7 +54,7 @@ def _load() -> None:
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
-    requirements = gathered(host.hook.rlweave_framework_requirements(framework="verl"))
+    requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
     _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)

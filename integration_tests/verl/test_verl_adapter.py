@@ -72,11 +72,12 @@ def check_command_line(argv: list[str]) -> None:
     from rlweave.adapters.verl import _check_command_line
     from rlweave.config import settings_from_overrides
     from rlweave.host import activate, reset
+    from rlweave.adapters.verl_needs import verl_requirements
     from rlweave.requirements import gathered
 
     try:
         host = activate(settings_from_overrides(argv), export_env=False)
-        _check_command_line(gathered(host.hook.rlweave_framework_requirements(framework="verl")), argv)
+        _check_command_line(verl_requirements(gathered(host.hook.rlweave_needs())), argv)
     finally:
         reset()
 

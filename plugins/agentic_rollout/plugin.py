@@ -19,7 +19,8 @@ from rlweave.plugins.agentic_rollout.placement import EngineCostModel
 from rlweave.plugins.agentic_rollout.predictor import SerialTimePredictor
 from rlweave.types import (
     InstanceLoad,
-    SettingRequirement,
+    Need,
+    PluginNeed,
     TrajectoryEvent,
     TrajectoryEventKind,
     TrajectoryInfo,
@@ -52,26 +53,17 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     orchestrator = build_orchestrator(config)
 
 
-# verl passes request priorities to vLLM natively and to SGLang through rlweave's
-# verl_sglang_priority patch; both schedule by them only under the priority policy. Only
-# rlweave's agent loops report trajectories (turns, tool time, group, task) to the plugin.
-VERL_REQUIREMENTS = (
-    SettingRequirement("actor_rollout_ref.rollout.name", ("vllm", "sglang"), None,
-                       "each turn gets an engine priority, which verl passes only to vLLM and, with "
-                       "rlweave's patch, SGLang", SECTION),
-    SettingRequirement("actor_rollout_ref.rollout.scheduling_policy", ("priority",), "fcfs",
-                       "the engines ignore request priorities under FCFS; for SGLang rlweave then turns "
-                       "on its priority scheduling, lower values first", SECTION),
-    SettingRequirement("actor_rollout_ref.rollout.agent.default_agent_loop",
-                       ("rlweave_tool_agent", "rlweave_single_turn"), "single_turn_agent",
-                       "rlweave's agent loops (verl's tool and single-turn loops with rlweave's "
-                       "reports around each turn) tell the plugin what it predicts from", SECTION),
+# Engines that serve by the turn's priority, and a rollout that reports each turn (tool time,
+# group, task); each framework's adapter says which of its settings give them.
+NEEDS = (
+    PluginNeed(Need.ENGINE_PRIORITIES, SECTION, "each turn is served by its trajectory's predicted remaining time"),
+    PluginNeed(Need.TURN_REPORTS, SECTION, "the predictor learns from each turn's report"),
 )
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl

@@ -12,27 +12,21 @@ from rlweave.plugins.overlap.options import OverlapConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.overlap.choose import choose
 from rlweave.plugins.overlap.profiles import load
-from rlweave.types import LinearInfo, SettingRequirement, TPLinearPlan
+from rlweave.types import LinearInfo, Need, PluginNeed, TPLinearPlan
 
 _settings = OverlapConfig()
 
-# In a verl job the linears would never be rlweave's: refuse before the job starts rather than
-# run as if enabled. Lifted once a patch makes verl's Megatron engine build rlweave's spec.
-VERL_REQUIREMENTS = (
-    SettingRequirement("actor_rollout_ref.actor.strategy", ("megatron",), None,
-                       "overlap replaces Megatron's tensor-parallel linears", "overlap"),
-    SettingRequirement("rlweave.overlap.enable", ("false",), "false",
-                       "verl 0.9's Megatron engine builds its layers from Megatron's TransformerEngine spec "
-                       "(through Megatron-Bridge or mbridge), which has no ColumnParallelLinear or "
-                       "RowParallelLinear for overlap's linears to replace, so it would change nothing; overlap "
-                       "runs in Megatron models built with rlweave.adapters.megatron.layer_spec (docs/overlap.md)",
-                       "overlap"),
+# RLWEAVE_LAYERS: where the engine builds Megatron's own linears (verl 0.9's), the job is refused
+# before it starts rather than run as if enabled.
+NEEDS = (
+    PluginNeed(Need.TP_LINEARS, "overlap", "overlap replaces Megatron's tensor-parallel linears"),
+    PluginNeed(Need.RLWEAVE_LAYERS, "overlap", "its overlapped linears replace Megatron's"),
 )
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl

@@ -35,7 +35,7 @@ from rlweave.plugins.replay_balance.planner import (
     plan_step,
 )
 from rlweave.plugins.replay_balance.split import split_shares
-from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace, SettingRequirement
+from rlweave.types import ExpertPlacement, ExpertTopology, Need, PluginNeed, RoutingTrace
 
 _settings = ReplayBalanceConfig()
 _cost = CostModel()  # per-token time and bandwidths; expert_bytes comes from the topology
@@ -44,19 +44,12 @@ _cost = CostModel()  # per-token time and bandwidths; expert_bytes comes from th
 _planned: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
-# What a verl job needs; the last one refuses it before it starts, rather than at its first
-# step. Lifted once a patch makes verl's Megatron engine build rlweave's layers and the layer
-# folds replica gradients into Megatron DDP's main_grad buffers.
-VERL_REQUIREMENTS = (
-    SettingRequirement("actor_rollout_ref.actor.strategy", ("megatron",), None,
-                       "ReLibra places experts in Megatron's MoE layers", "replay_balance"),
-    SettingRequirement("actor_rollout_ref.actor.megatron.router_replay.mode", ("R2", "R3"), "disabled",
-                       "it plans each step from the routing verl replays", "replay_balance"),
-    SettingRequirement("rlweave.replay_balance.enable", ("false",), "false",
-                       "verl 0.9's Megatron engine builds its model from Megatron's own layer spec, not rlweave's, "
-                       "and under Megatron's DDP, whose main_grad buffers the ReLibra layer does not take yet, so "
-                       "the job would stop at its first step; ReLibra runs in Megatron models built with "
-                       "rlweave.adapters.megatron.layer_spec (docs/replay_balance.md)", "replay_balance"),
+# RLWEAVE_LAYERS: an engine that builds Megatron's own layers (verl 0.9's) is refused before the
+# job starts rather than at its first step.
+NEEDS = (
+    PluginNeed(Need.MOE_LAYERS, "replay_balance", "ReLibra places experts in Megatron's MoE layers"),
+    PluginNeed(Need.ROUTING_REPLAY, "replay_balance", "it plans each step from the replayed routing"),
+    PluginNeed(Need.RLWEAVE_LAYERS, "replay_balance", "its balanced MoE layer replaces Megatron's"),
 )
 
 
@@ -67,8 +60,8 @@ def rlweave_configure(config: RlweaveConfig) -> None:
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl

@@ -20,10 +20,11 @@ from rlweave.plugins.resilience.policy import RecoveryPolicy
 from rlweave.types import (
     CheckpointCandidate,
     Heartbeat,
+    Need,
+    PluginNeed,
     RecoveryAction,
     RecoveryRecord,
     ResilienceSettings,
-    SettingRequirement,
     WorkerIncident,
 )
 
@@ -49,20 +50,16 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     records.clear()
 
 
-VERL_REQUIREMENTS = (
-    SettingRequirement("trainer.use_v1", ("True", "true"), "True",
-                       "the recovery is a subclass of verl's v1 trainer", "resilience"),
-    SettingRequirement("trainer.v1.trainer_mode", ("sync",), "sync",
-                       "recovery redoes the step in flight from the newest snapshot, which verl's "
-                       "synchronous loop allows (the async modes keep later prompts in flight)", "resilience"),
-    SettingRequirement("actor_rollout_ref.actor.strategy", ("fsdp", "fsdp2"), "fsdp",
-                       "the host-memory snapshot is verl's FSDP checkpoint", "resilience"),
+NEEDS = (
+    PluginNeed(Need.STEP_REDO, "resilience", "recovery redoes the step in flight from the newest snapshot"),
+    PluginNeed(Need.HOST_SNAPSHOT, "resilience",
+               "the first checkpoint stage copies each rank's model and optimizer to host memory"),
 )
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl

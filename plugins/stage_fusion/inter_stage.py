@@ -18,15 +18,14 @@ from collections.abc import Sequence
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.stage_fusion.migration import EngineCost, InferenceCost, plan_migration, roles
-from rlweave.types import FusionStep, MigrationPlan, SampleRecord, SettingRequirement, StreamSettings
+from rlweave.types import FusionStep, MigrationPlan, Need, PluginNeed, SampleRecord, StreamSettings
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)  # what it decides belongs in the run's log, as verl's own INFO lines
 
-VERL_REQUIREMENTS = (
-    SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync",
-                       "inter-stage fusion runs each sample's inference as it finishes, in rlweave's stream "
-                       "trainer mode", "stage_fusion"),
+NEEDS = (
+    PluginNeed(Need.STREAMING_TRAINER, "stage_fusion",
+               "inter-stage fusion runs each sample's inference as it finishes"),
 )
 
 
@@ -56,8 +55,8 @@ def rlweave_configure(config: RlweaveConfig) -> None:
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl(trylast=True)

@@ -14,7 +14,7 @@ from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.stream_generation.dynamic_batch import groups_to_take
 from rlweave.plugins.stream_generation.ranker import LengthRanker
-from rlweave.types import DynamicBatchRequest, PromptInfo, SampleRecord, SettingRequirement, StreamSettings
+from rlweave.types import DynamicBatchRequest, Need, PluginNeed, PromptInfo, SampleRecord, StreamSettings
 
 ranker: LengthRanker | None = None
 skewness_dispatch = True
@@ -40,15 +40,15 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     long_tail_fraction = c.long_tail_fraction if c.mode == "on_policy" else 1.0
 
 
-VERL_REQUIREMENTS = (
-    SettingRequirement("trainer.v1.trainer_mode", ("rlweave_stream",), "sync",
-                       "stream generation runs as rlweave's verl trainer mode", "stream_generation"),
+NEEDS = (
+    PluginNeed(Need.STREAMING_TRAINER, "stream_generation",
+               "stream generation is a trainer that takes samples as they finish"),
 )
 
 
 @hookimpl
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    return VERL_REQUIREMENTS if framework == "verl" else ()
+def rlweave_needs() -> Sequence[PluginNeed]:
+    return NEEDS
 
 
 @hookimpl

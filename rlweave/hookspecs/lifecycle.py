@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookspec
-from rlweave.types import FrameworkInfo, SettingRequirement
+from rlweave.types import FrameworkInfo, PluginNeed
 
 
 @hookspec(historic=True)
@@ -29,13 +29,13 @@ def rlweave_framework_loaded(framework: FrameworkInfo) -> None:
 
 
 @hookspec
-def rlweave_framework_requirements(framework: str) -> Sequence[SettingRequirement]:
-    """Settings of ``framework`` (``"verl"``) that this plugin needs, e.g. a trainer mode or an
-    engine scheduling policy.
+def rlweave_needs() -> Sequence[PluginNeed]:
+    """What this plugin needs of the framework that runs it (:class:`~rlweave.types.Need`), e.g. a
+    streaming trainer or engine priorities.
 
-    Called by the framework's adapter in every process it loads in: in the process whose
-    command line configured rlweave it checks them against that command line before anything
-    starts (:func:`rlweave.requirements.check_requirements`), and everywhere it sets up what
-    they name (verl: registers rlweave's trainer modes). Return ``[]`` for a framework the
-    plugin has no requirement of.
+    Called by each framework's adapter in every process it loads in: it maps the needs onto its
+    framework's settings (verl: :func:`rlweave.adapters.verl_needs.verl_requirements`), checks
+    them against the command line that configured rlweave before anything starts
+    (:func:`rlweave.requirements.check_requirements`), and sets up what they name (verl:
+    registers rlweave's trainer modes). ``rlweave doctor`` reads them the same way.
     """
