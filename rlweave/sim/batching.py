@@ -60,7 +60,7 @@ class Iteration:
     end_s: float
     decoding: int
     prefill_tokens: int
-    iterations: int
+    iterations: float  # whole, but for a fluid simulator
 
 
 @dataclass
