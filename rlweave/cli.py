@@ -8,16 +8,42 @@ that has it (see :mod:`rlweave.environments`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from rlweave.environments import ensure_modules
 from rlweave.output import frameworks_log_to
+
+# The runtime wheel ships without the benchmarks and without plotting; these come with the extra.
+BENCH_EXTRA = "pip install 'rlweave[bench]'"
+BENCH_MODULES = ("rlweave.benchmarks", "matplotlib")
+
+
+def missing_bench_module() -> str | None:
+    """The first module of the bench extra this interpreter lacks, or None when it has them."""
+    for name in BENCH_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except ModuleNotFoundError:  # a parent package is missing
+            return name
+    return None
+
+
+def benchmarks() -> dict[str, Any]:
+    """``rlweave bench``'s table; empty where the bench extra is not installed."""
+    if missing_bench_module():
+        return {}
+    from rlweave.benchmarks import BENCHMARKS
+
+    return BENCHMARKS
 
 
 
@@ -49,9 +75,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
-    from rlweave.benchmarks import BENCHMARKS
-
-    bench = BENCHMARKS[args.name]
+    bench = benchmarks()[args.name]
     ensure_modules(bench.needs, bench.env, argv)
     import random
 
@@ -131,6 +155,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"rlweave trace: {error}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as error:  # trace.json is written before the PNG is drawn
+        if error.name != "matplotlib":
+            raise
+        print(f"rlweave trace: wrote {Path(args.out or args.dir) / 'trace.json'}; the timeline PNG needs "
+              f"matplotlib, which comes with the bench extra: {BENCH_EXTRA}", file=sys.stderr)
+        return 2
     out = console()
     out.print(table_of("busy share per worker (start-up cut)", [["worker", "busy", "busy s"]] + [
         [lane.worker, f"{lane.busy_fraction:.0%}", f"{lane.busy_s:.2f}"] for lane in lanes]))
@@ -194,23 +224,32 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--address", default="auto", help="the job's Ray cluster (default: this machine's)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from rlweave.benchmarks import BENCHMARKS
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    """One subcommand per benchmark; without the bench extra, a bare ``bench`` that
+    :func:`main` answers with the fix."""
+    table = benchmarks()
+    bench = sub.add_parser("bench", help="run one benchmark side by side with the framework default"
+                           + ("" if table else f" (needs the bench extra: {BENCH_EXTRA})"))
+    if not table:
+        bench.add_argument("rest", nargs=argparse.REMAINDER)
+        return
+    bench_sub = bench.add_subparsers(dest="name", required=True)
+    for b in table.values():
+        p = bench_sub.add_parser(b.name, help=b.summary)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--out", default="bench-results", help="folder for the JSON and PNG")
+        b.add_arguments(p)
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlweave", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="frameworks, versions, entry points, which plugins work, patches")
     doctor.add_argument("--here", action="store_true",
                         help="this interpreter only, not every environment of the CPU rig")
     doctor.add_argument("--json", action="store_true", help="print the tables as one JSON object")
-    bench = sub.add_parser("bench", help="run one benchmark side by side with the framework default")
-    bench_sub = bench.add_subparsers(dest="name", required=True)
-    for b in BENCHMARKS.values():
-        p = bench_sub.add_parser(b.name, help=b.summary)
-        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--out", default="bench-results", help="folder for the JSON and PNG")
-        b.add_arguments(p)
+    add_bench_parser(sub)
     plan = sub.add_parser("plan", help="plan resources from measured profiles (simulated)")
     plan_sub = plan.add_subparsers(dest="planner", required=True)
     from rlweave.plugins.stream_generation import plan_command
@@ -236,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.command in ("bench", "demo") and (missing := missing_bench_module()):
+        print(f"rlweave {args.command}: needs the bench extra ({missing} is not installed): {BENCH_EXTRA}",
+              file=sys.stderr)
+        return 2
     if args.command == "doctor":
         return cmd_doctor(args)
     if args.command == "bench":

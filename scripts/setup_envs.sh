@@ -41,7 +41,8 @@ fresh_venv() {  # fresh_venv DIR -> 0 when DIR's frameworks are up to date
 # conflicts on purpose, and scripts/explain_pip_check.py says why, one line each, after the build.
 pipc() { local dir=$1; shift; "$dir/bin/pip" install -q --no-warn-conflicts -c "$C" "$@"; }
 finish() { echo "$STAMP" > "$1/.rlweave-stamp"; }
-install_rlweave() { pipc "$1" -e "$ROOT[test]"; echo "[setup] $1 ready"; }
+# The benchmarks are a second distribution (bench/pyproject.toml) that the runtime wheel leaves out.
+install_rlweave() { pipc "$1" -e "$ROOT[test]" -e "$ROOT/bench"; echo "[setup] $1 ready"; }
 
 build_core() {
   local d=$ROOT/.venv

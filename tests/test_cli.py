@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pytest
 
-from rlweave.cli import build_parser, main
+from rlweave.cli import BENCH_EXTRA, build_parser, main
 
 
 def test_doctor_lists_every_framework(capsys):
@@ -89,3 +90,38 @@ def test_bench_output_is_progress_and_table_with_the_frameworks_logs_in_a_file(t
                           capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout) == {"ratio": 2.0}  # stdout is the JSON alone
     assert "run 1/1 ..." in done.stderr
+
+
+@pytest.mark.parametrize("absent", ["rlweave.benchmarks", "matplotlib"])
+@pytest.mark.parametrize("argv", [["bench", "moe", "--seed", "1"], ["demo"]])
+def test_bench_and_demo_without_the_bench_extra_say_how_to_install_it(monkeypatch, capsys, absent, argv):
+    """The runtime wheel ships without the benchmarks and plotting: one line names the fix."""
+    monkeypatch.setitem(sys.modules, absent, None)  # what an install without the extra looks like
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"rlweave {argv[0]}: needs the bench extra ({absent} is not installed): {BENCH_EXTRA}"]
+    assert "pip install 'rlweave[bench]'" in err
+
+
+def test_the_runtime_commands_work_without_the_bench_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "rlweave.benchmarks", None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["doctor", "--here"]) == 0
+    assert "verl" in capsys.readouterr().out
+    assert "needs the bench extra" in build_parser().format_help()
+
+
+def test_trace_without_matplotlib_writes_the_perfetto_trace_and_names_the_extra_for_the_png(
+        monkeypatch, capsys, tmp_path):
+    from rlweave.tracing import Tracer
+
+    tracer = Tracer()
+    tracer.configure(tmp_path, process_name="driver")
+    tracer.record_span("generate", "rollout", 0.0, 2e6)
+    tracer.flush()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["trace", str(tmp_path)]) == 2
+    assert (tmp_path / "trace.json").is_file() and not (tmp_path / "timeline.png").exists()
+    assert capsys.readouterr().err.strip() == (f"rlweave trace: wrote {tmp_path / 'trace.json'}; the timeline PNG "
+                                               f"needs matplotlib, which comes with the bench extra: {BENCH_EXTRA}")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,9 +73,15 @@ def package_folders() -> set[str]:
     return found
 
 
+def listed_packages(pyproject: Path) -> set[str]:
+    return set(tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"])
+
+
 def test_every_package_folder_is_listed_in_pyproject():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    assert package_folders() == listed
+    """The runtime's packages in pyproject.toml, the benchmarks in bench/pyproject.toml."""
+    bench = listed_packages(ROOT / "bench" / "pyproject.toml")
+    assert bench == {p for p in package_folders() if p.startswith("rlweave.benchmarks")}
+    assert package_folders() - bench == listed_packages(ROOT / "pyproject.toml")
 
 
 # Distributions a plain `pip install rlweave` must not pull in: the frameworks come from the user.
@@ -89,13 +97,19 @@ def test_wheel_installs_in_a_fresh_venv_without_any_framework_and_imports_every_
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path / "dist"), str(ROOT)],
                    check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("rlweave-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:  # the runtime: no benchmark, no plotting library
+        assert [n for n in archive.namelist() if n.startswith("rlweave/benchmarks")] == []
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert [r for r in requires if "matplotlib" in r] == []
+    assert "Requires-Dist: rlweave-bench==0.1.0; extra == \"bench\"" in requires
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([venv / "bin" / "pip", "install", "-q", str(wheel)], check=True)
     listed = subprocess.run([venv / "bin" / "pip", "list", "--format=json"], check=True,
                             capture_output=True, text=True).stdout
     assert {d["name"].lower() for d in json.loads(listed)} & FRAMEWORK_DISTRIBUTIONS == set()
-    modules = sorted(package_folders())
+    modules = sorted(p for p in package_folders() if not p.startswith("rlweave.benchmarks"))
     code = ("import importlib, rlweave; "
             f"[importlib.import_module(m) for m in {modules!r}]; "
             "from importlib.resources import files; "
@@ -108,6 +122,24 @@ def test_wheel_installs_in_a_fresh_venv_without_any_framework_and_imports_every_
                             capture_output=True, text=True, cwd=tmp_path)
     verl = [r for r in json.loads(doctor.stdout)["Frameworks"] if r["framework"] == "verl"]
     assert [r["status"] for r in verl] == ["not found"]
+    demo = subprocess.run([venv / "bin" / "rlweave", "demo"], capture_output=True, text=True, cwd=tmp_path)
+    assert (demo.returncode, demo.stderr.strip()) == (2, "rlweave demo: needs the bench extra (rlweave.benchmarks "
+                                                          "is not installed): pip install 'rlweave[bench]'")
+
+
+def test_the_bench_distribution_ships_the_benchmarks_and_their_plotting(tmp_path):
+    """bench/pyproject.toml's wheel, built from a copy of bench/ and benchmarks/ (a wheel built
+    in the tree could carry stale files from bench/build/)."""
+    for folder in ("bench", "benchmarks"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+                    str(tmp_path / "bench")], check=True, capture_output=True)
+    with zipfile.ZipFile(next((tmp_path / "dist").glob("rlweave_bench-*.whl"))) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    shipped = {n for n in names if not n.startswith("rlweave_bench-")}
+    assert shipped == {f"rlweave/benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.py")}
+    assert "Requires-Dist: rlweave==0.1.0" in metadata and "Requires-Dist: matplotlib>=3.8" in metadata
 
 
 def hookspec_names() -> set[str]:
