@@ -34,7 +34,7 @@ def _table(job: JobRecord, prediction: StepPrediction, seconds: float) -> str:
     lines.append(f"{'step':<14}{sum(recorded.values()):>12.3f}{prediction.step_s:>13.3f}  {prediction.label}")
     lines.append(f"slowest simulated instance {prediction.sample_max_s:.3f} s; planned in {seconds:.1f} s")
     lines.append("assumptions: " + "; ".join(ASSUMPTIONS))
-    lines.append("from the cluster file, not the trace: " + "; ".join(NOT_IN_TRACE))
+    lines.append("not in the trace (the cluster file states it): " + "; ".join(NOT_IN_TRACE))
     return "\n".join(lines)
 
 
