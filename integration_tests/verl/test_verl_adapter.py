@@ -70,14 +70,14 @@ def test_agentic_rollout_on_an_engine_without_request_priorities_is_refused():
 def check_command_line(argv: list[str]) -> None:
     """The check the adapter runs at ``import verl`` in verl's driver, through the host."""
     from rlweave.adapters.verl import _check_command_line
+    from rlweave.adapters.verl_needs import verl_requirements
     from rlweave.config import settings_from_overrides
     from rlweave.host import activate, reset
-    from rlweave.adapters.verl_needs import verl_requirements
     from rlweave.requirements import gathered
 
     try:
         host = activate(settings_from_overrides(argv), export_env=False)
-        _check_command_line(verl_requirements(gathered(host.hook.rlweave_needs())), argv)
+        _check_command_line(verl_requirements(gathered(host.hook.rlweave_needs())), argv, {})
     finally:
         reset()
 
