@@ -75,14 +75,6 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> list[Setting]
     return out
 
 
-def env_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``rlweave.<plugin>.<option>`` -> value as the ``RLWEAVE__*`` variables set it (booleans as
-    ``true``/``false``): rlweave's own settings, for checking plugins' requirements on them in
-    processes whose command line does not carry them."""
-    return {f"rlweave.{s.key}": str(s.value).lower() if isinstance(s.value, bool) else str(s.value)
-            for s in settings_from_env(environ)}
-
-
 def settings_from_mapping(mapping: Mapping[str, Any] | Any, source: str) -> list[Setting]:
     """Flatten ``{"tracing": {"enable": True}}`` (a dict or an OmegaConf node) into settings."""
     if OmegaConf.is_config(mapping):

@@ -20,7 +20,7 @@ import importlib
 import sys
 
 from rlweave.adapters import refusals_exit
-from rlweave.config import env_values, settings_from_overrides
+from rlweave.config import settings_from_overrides
 from rlweave.frameworks import (
     require_supported,
     verl_cpu_platform_selected,
@@ -51,12 +51,11 @@ def _load() -> None:
         from rlweave.adapters.verl.cpu.cores import pin_ray_worker
 
         pin_ray_worker()  # RLWEAVE_CPU_PIN_DEVICES=1: a logical GPU is a core
-    from_env = env_values()  # before activate() exports the command line's settings too
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
     requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
-    _check_command_line(requirements, sys.argv[1:], from_env)
+    _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
     if host.implements("rlweave_expert_step_placement") or host.implements("rlweave_expert_microbatch_placement"):
@@ -96,18 +95,14 @@ def _register_trainer_modes(requirements: list[SettingRequirement]) -> None:
                     importlib.import_module(TRAINER_MODES[mode])
 
 
-def _check_command_line(requirements: list[SettingRequirement], argv: list[str],
-                        from_env: dict[str, str]) -> None:
+def _check_command_line(requirements: list[SettingRequirement], argv: list[str]) -> None:
     """The plugins' verl requirements, against the command line that configured rlweave (in
-    other processes, such as Ray workers, the driver has checked them already); those on
-    rlweave's own settings also against the ``RLWEAVE__*`` variables ``from_env``, in every
-    process: a plugin enabled only by them is refused as on the command line."""
+    other processes, such as Ray workers, the driver has checked them already)."""
     overrides = [a.lstrip("+") for a in argv]
-    if any(a.startswith("rlweave.") for a in overrides):
-        values = dict(a.split("=", 1) for a in overrides if "=" in a)
-        check_requirements(requirements, values, "verl command line")
-    own = [r for r in requirements if r.key.startswith("rlweave.")]
-    check_requirements(own, from_env, "RLWEAVE__* environment variables")
+    if not any(a.startswith("rlweave.") for a in overrides):
+        return
+    values = dict(a.split("=", 1) for a in overrides if "=" in a)
+    check_requirements(requirements, values, "verl command line")
 
 
 def _process_role() -> str:
