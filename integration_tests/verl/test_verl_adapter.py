@@ -77,7 +77,7 @@ def check_command_line(argv: list[str]) -> None:
 
     try:
         host = activate(settings_from_overrides(argv), export_env=False)
-        _check_command_line(verl_requirements(gathered(host.hook.rlweave_needs())), argv, {})
+        _check_command_line(verl_requirements(gathered(host.hook.rlweave_needs())), argv)
     finally:
         reset()
 
