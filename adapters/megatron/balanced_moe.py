@@ -44,12 +44,18 @@ Under verl, :mod:`rlweave.adapters.verl.router_replay` calls :func:`rebalance_st
 :func:`prepare_microbatch` where verl's Megatron engine hands the step's and each
 micro-batch's replayed routing to Megatron.
 
+Under Megatron's ``DistributedDataParallel`` (:mod:`rlweave.adapters.megatron.balanced_ddp`):
+spare slots stay out of DDP's buffers and the optimizer (their gradients live in ``.grad``), an
+owner's gradient lives in DDP's ``main_grad`` buffer, and replica gradients are added there in
+the layer's backward, so before ``finalize_model_grads`` reduces the buffers over the
+expert-data-parallel group. An owner's move carries ``main_grad`` and the optimizer's state.
+
 Limits (each fails loudly, none silently): ``SequentialMLP`` experts (``moe_grouped_gemm=False``),
 expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no capacity
 dropping), one micro-batch's forward and backward before the next forward of the layer
-(Megatron's no-pipelining schedule), a ``torch.optim`` optimizer over the layer's parameters
-(Megatron's distributed optimizer is refused: its shards are not moved yet), no Megatron DDP
-(``main_grad`` buffers). Checkpoints hold physical slots; use
+(Megatron's no-pipelining schedule), a ``torch.optim`` optimizer over the layer's parameters or
+Megatron's non-distributed one (its distributed optimizer is refused: its shards are not moved
+yet), DDP without ``overlap_grad_reduce``. Checkpoints hold physical slots; use
 :meth:`ReplayBalancedMoELayer.logical_expert_state` / ``load_logical_expert_state``.
 """
 
@@ -167,6 +173,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self._home_versions: list[tuple[torch.Tensor, int]] = []  # this rank's owners, while step replicas live
         self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
         self.last_token_share = self.token_share.copy()
+        self.ddp_state = "none"  # "held out" / "released": rlweave.adapters.megatron.balanced_ddp
 
     # ----- layout -----------------------------------------------------------------------------
     @property
@@ -204,7 +211,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         out = {}
         for slot in self._home_slot_ids()[self.ep_rank * self.home_slots:][: self.home_slots]:
             params = self._slot_params(slot)
-            out[int(self.physical_to_logical[slot])] = [p.grad if grads else p.detach() for p in params]
+            out[int(self.physical_to_logical[slot])] = [_grad_of(p) if grads else p.detach() for p in params]
         return out
 
     @torch.no_grad()
@@ -219,9 +226,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
     def forward(self, hidden_states: torch.Tensor, intermediate_tensors: Any = None,
                 padding_mask: torch.Tensor | None = None) -> Any:
         self._ticket = None
-        if hasattr(self._slot_params(self.ep_rank * self.slots_per_rank)[0], "main_grad"):
-            raise NotImplementedError("rlweave.replay_balance reduces replica gradients in .grad; Megatron's "
-                                      "DistributedDataParallel (main_grad buffers) is not supported yet")
+        self._check_ddp()
         if any(p._version != version for p, version in self._home_versions):
             raise RuntimeError("rlweave.replay_balance: an expert's weights changed since its step replicas were "
                                "copied (an optimizer step or a weight load before the step's last backward); "
@@ -232,6 +237,21 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
             self._in_flight.add(self._ticket)
             hidden_states = _ReduceReplicaGrads.apply(hidden_states, self._anchor, self._ticket)
         return super().forward(hidden_states, intermediate_tensors, padding_mask)
+
+    def spare_params(self) -> list[torch.nn.Parameter]:
+        """This rank's spare-slot parameters (replicas only: never in DDP or an optimizer)."""
+        first = self.ep_rank * self.slots_per_rank
+        return [p for s in range(first + self.home_slots, first + self.slots_per_rank) for p in self._slot_params(s)]
+
+    def _check_ddp(self) -> None:
+        """Megatron's DDP must hold the owners only, set up by balanced_ddp (module doc there)."""
+        under_ddp = hasattr(self._slot_params(self.ep_rank * self.slots_per_rank)[0], "main_grad")
+        spares_in_ddp = any(hasattr(p, "main_grad") for p in self.spare_params())
+        if spares_in_ddp or (under_ddp and self.ddp_state != "released") or self.ddp_state == "held out":
+            raise NotImplementedError(
+                "rlweave.replay_balance under Megatron's DistributedDataParallel: its spare (replica) slots must stay "
+                "out of DDP and the optimizer; build DDP and the optimizer between "
+                "rlweave.adapters.megatron.balanced_ddp.hold_out_spare_slots(model) and release_spare_slots(ddp_chunks)")
 
     def route(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> Any:
         probs, routing_map = super().route(hidden_states, padding_mask)  # logical [T, E]
@@ -343,18 +363,20 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
     @torch.no_grad()
     def _reduce_replica_grads(self, replicas: list[tuple[int, int]]) -> None:
-        """Add each replica's gradient into its owner's ``.grad``; clear the gradients of the spare
-        slots but the step replicas still in use (Megatron's experts give an unused slot a zero
-        gradient, which an optimizer would step)."""
+        """Add each replica's gradient into its owner's (``main_grad`` under Megatron's DDP, else
+        ``.grad``); clear the gradients of the spare slots but the step replicas still in use
+        (Megatron's experts give an unused slot a zero gradient, which an optimizer would step).
+        Runs in the layer's backward, so before DDP reduces ``main_grad`` in
+        ``finalize_model_grads`` (with ``overlap_grad_reduce`` off, which balanced_ddp checks)."""
         def read(slot: int) -> torch.Tensor:
             return flatten([p.grad if p.grad is not None else torch.zeros_like(p) for p in self._slot_params(slot)])
 
         def add(slot: int, flat: torch.Tensor) -> None:
             params = self._slot_params(slot)
             for p in params:
-                if p.grad is None:
+                if _grad_of(p) is None:
                     p.grad = torch.zeros_like(p)
-            unflatten_into(flat, [p.grad for p in params], add=True)
+            unflatten_into(flat, [_grad_of(p) for p in params], add=True)
 
         transfer(replicas, self.slots_per_rank, self.ep_group, read, add)
         first = self.ep_rank * self.slots_per_rank
@@ -366,9 +388,11 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
     # ----- per step -----------------------------------------------------------------------------
     @torch.no_grad()
-    def move_homes(self, new_p2l: np.ndarray, optimizer: torch.optim.Optimizer | None = None) -> int:
-        """Move experts to the home slots of ``new_p2l`` [R*S] with their weights, ``.grad`` and,
-        given ``optimizer``, its per-parameter state. Returns the number of experts moved."""
+    def move_homes(self, new_p2l: np.ndarray, optimizer: Any = None) -> int:
+        """Move experts to the home slots of ``new_p2l`` [R*S] with their weights, gradient
+        (``main_grad`` under DDP, else ``.grad``) and, given ``optimizer`` (``torch.optim`` or
+        Megatron's non-distributed), its per-parameter state (of the fp32 ``main_param`` where
+        Megatron keeps one). Returns the number of experts moved."""
         old_owner = self.owner_slot()
         homes = self._home_slot_ids()
         new_owner = np.empty_like(old_owner)
@@ -377,27 +401,23 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         if not moves:
             return 0
         local = [p for s in homes if s // self.slots_per_rank == self.ep_rank for p in self._slot_params(s)]
-        if optimizer is not None:
-            held = {id(p) for group in getattr(optimizer, "param_groups", []) for p in group["params"]}
-            if not isinstance(optimizer, torch.optim.Optimizer) or not all(id(p) in held for p in local):
-                raise NotImplementedError("rlweave.replay_balance moves the state of a torch.optim optimizer over "
-                                          "this layer's parameters; Megatron's distributed optimizer is not "
-                                          "supported yet")
-        state = optimizer.state if optimizer is not None else {}
-        keys = {tuple(sorted(k for k, v in state.get(p, {}).items() if torch.is_tensor(v))) for p in local}
+        state = _optimizer_state(optimizer, [_master(p) for p in local]) if optimizer is not None else {}
+        keys = {tuple(sorted(k for k, v in state.get(_master(p), {}).items() if torch.is_tensor(v))) for p in local}
         if len(keys) > 1:
             raise RuntimeError("rlweave.replay_balance: the optimizer holds state for some experts of this layer "
                                "but not others, so it cannot move with them; rebalance before the first step or "
                                "after a step that updated every expert")
         names = keys.pop() if keys else ()
-        with_grad = any(p.grad is not None for p in local)
+        with_grad = any(_grad_of(p) is not None for p in local)
 
         def pieces(slot: int) -> list[torch.Tensor]:
             out = []
             for p in self._slot_params(slot):
-                if with_grad and p.grad is None:
+                if with_grad and _grad_of(p) is None:
                     p.grad = torch.zeros_like(p)
-                out += [p.data] + ([p.grad] if with_grad else []) + [state[p][k] for k in names]
+                master = _master(p)
+                out += [p.data] + ([_grad_of(p)] if with_grad else []) + ([master.data] if master is not p else [])
+                out += [state[master][k] for k in names]
             return out
 
         transfer(moves, self.slots_per_rank, self.ep_group, lambda s: flatten(pieces(s)),
@@ -419,7 +439,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
 
     @torch.no_grad()
     def begin_step(self, layout: np.ndarray, token_share: np.ndarray, micro_batches: int,
-                   optimizer: torch.optim.Optimizer | None = None) -> int:
+                   optimizer: Any = None) -> int:
         """Apply a step placement: move owners to the home slots of ``layout`` [R*S] (weights,
         ``.grad``, optimizer state), then copy its step replicas (spare slots it fills) from them,
         to be kept for ``micro_batches`` backward passes. Returns the number of experts moved."""
@@ -442,6 +462,51 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
             # too early alike, in its own forward, before any collective.
             self._home_versions = [(p, p._version) for s in homes if self._local(s) for p in self._slot_params(s)]
         return moved
+
+
+DISTRIBUTED_OPTIMIZER_REFUSAL = (
+    "rlweave.replay_balance does not support Megatron's distributed optimizer yet (an expert's move would have to "
+    "carry its fp32 main-parameter and Adam shards): set use_distributed_optimizer=False in "
+    "DistributedDataParallelConfig and OptimizerConfig")
+
+
+def _grad_of(p: torch.Tensor) -> torch.Tensor | None:
+    """Where ``p``'s gradient accumulates: DDP's ``main_grad`` buffer view, else ``.grad``."""
+    return p.main_grad if hasattr(p, "main_grad") else p.grad
+
+
+def _master(p: torch.Tensor) -> torch.Tensor:
+    """The tensor the optimizer steps for ``p``: Megatron's fp32 ``main_param`` copy, if kept."""
+    master = getattr(p, "main_param", None)
+    return p if master is None else master
+
+
+def _optimizer_state(optimizer: Any, params: list[torch.Tensor]) -> dict:
+    """The per-parameter state of ``params`` in ``optimizer`` (``torch.optim``, or Megatron's
+    chained non-distributed one over them)."""
+    state = {id(p): o.state for o in _torch_optimizers(optimizer) for group in o.param_groups for p in group["params"]}
+    if not all(id(p) in state for p in params):
+        raise NotImplementedError("rlweave.replay_balance moves the optimizer state of this layer's experts: give "
+                                  "rebalance_step the optimizer over the model's parameters")
+    return {p: state[id(p)].get(p, {}) for p in params}
+
+
+def _torch_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
+    """The ``torch.optim`` optimizers holding the state: ``optimizer`` itself, or those inside
+    Megatron's (``ChainedOptimizer`` of ``FP32Optimizer``/``Float16OptimizerWithFloat16Params``)."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return [optimizer]
+    if isinstance(optimizer, DistributedOptimizer):
+        raise NotImplementedError(DISTRIBUTED_OPTIMIZER_REFUSAL)
+    chained = getattr(optimizer, "chained_optimizers", None)
+    if chained is not None:
+        return [inner for o in chained for inner in _torch_optimizers(o)]
+    if isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+        return [optimizer.optimizer]
+    raise NotImplementedError(f"rlweave.replay_balance moves the state of a torch.optim optimizer or Megatron's "
+                              f"non-distributed one, not of {type(optimizer).__name__}")
 
 
 def _expert_data_parallel_group(pg_collection: Any) -> dist.ProcessGroup:
@@ -553,7 +618,7 @@ def prepare_microbatch(model: torch.nn.Module, topk_ids: np.ndarray) -> None:
 
 
 def rebalance_step(model: torch.nn.Module, topk_ids: np.ndarray, microbatch_bounds: tuple[int, ...],
-                   optimizer: torch.optim.Optimizer | None = None) -> int:
+                   optimizer: Any = None) -> int:
     """Before a training step: hand the step's replayed routing to
     ``rlweave_expert_step_placement``, move experts to their new home slots and copy the step's
     replicas, kept until the last of its micro-batches has run its backward.

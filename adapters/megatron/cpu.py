@@ -60,3 +60,25 @@ def moe_config(experts: int, top_k: int, hidden: int, ffn: int, ep: int, **overr
         expert_model_parallel_size=ep,
     )
     return TransformerConfig(**(options | overrides))
+
+
+class _CudaDevicesOnCpu(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") == "type" and len(args) == 1 and not kwargs:
+            return func(*args).replace("torch.", "torch.cuda.", 1)  # the names Megatron checks
+        if "cuda" in str(kwargs.get("device", "")):
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+def ddp_without_cuda() -> torch.overrides.TorchFunctionMode:
+    """Let Megatron's DistributedDataParallel and its non-distributed optimizers run on CPU:
+    tensors they create with a literal ``device="cuda"`` (optimizer.py's loss scale, clip_grads)
+    are made on the CPU, ``Tensor.type()`` answers the CUDA type names their checks expect
+    (clip_grads.py, optimizer.py), and the gradient sync's ``torch.cuda.current_stream()``
+    (param_and_grad_buffer.py, waited on only for CUDA-graph events) is a stand-in. Returns the
+    device mode, to enter on the thread that trains (a ``TorchFunctionMode`` is thread-local).
+    Stands in for the GPU, nothing else (CPU processes only)."""
+    torch.cuda.current_stream = lambda *args, **kwargs: object()
+    return _CudaDevicesOnCpu()

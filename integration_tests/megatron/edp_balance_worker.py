@@ -53,16 +53,43 @@ def average(params: list[torch.Tensor], group: dist.ProcessGroup) -> None:
         p.grad /= dist.get_world_size(group)
 
 
+def train_step(step: int, where: tuple[int, int, int], layers: tuple, balanced, optimizer,
+               relabel: np.ndarray | None = None) -> dict:
+    """One step on this rank (``where``: global rank, replica, EP rank): ``rebalance_step`` of the
+    ReLibra layer ``balanced`` with ``optimizer``, then each micro-batch's forward+backward through
+    ``layers`` (Megatron's and ReLibra's, or their DDP wrappers). ``relabel`` renames the experts
+    of the step's routing. Returns the step's record."""
+    from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
+
+    from rlweave.adapters.megatron.balanced_moe import rebalance_step
+
+    rank, replica, ep_rank = where
+    per = TOKENS // EP
+    rows = replica_routing(step, replica)
+    rows = rows if relabel is None else relabel[rows]
+    local = np.concatenate([rows[m * TOKENS + ep_rank * per: m * TOKENS + (ep_rank + 1) * per]
+                            for m in range(MICRO_BATCHES)])
+    moved = rebalance_step(balanced, local[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per), optimizer)
+    record: dict = {"moved": moved, "layout": balanced.physical_to_logical.copy(), "micro_batches": []}
+    for m in range(MICRO_BATCHES):
+        torch.manual_seed(1000 * step + 100 * m + rank)
+        x, g = torch.randn(per // 2, 2, HIDDEN), torch.randn(per // 2, 2, HIDDEN)
+        idx = torch.as_tensor(local[m * per:(m + 1) * per])
+        RouterReplay.set_replay_data([idx, idx])  # one RouterReplay per layer, in build order
+        RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+        record["micro_batches"].append(forward_backward(*layers, x, g))
+    return record
+
+
 def run(rank: int, world_size: int, out: str, port: int) -> None:
     from rlweave.adapters.megatron.cpu import init_expert_parallel, moe_config
 
     init_expert_parallel(rank, world_size, port, ep=EP)
     from megatron.core import parallel_state
     from megatron.core.transformer.moe.moe_layer import MoELayer
-    from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
 
     from rlweave.adapters.megatron import layer_spec, moe_submodules
-    from rlweave.adapters.megatron.balanced_moe import _expert_data_parallel_group, rebalance_step
+    from rlweave.adapters.megatron.balanced_moe import _expert_data_parallel_group
 
     config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, EP)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
@@ -76,23 +103,9 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     spare_tokens = []
     ours.experts.register_forward_pre_hook(
         lambda module, args: spare_tokens.append(int(args[1][ours.home_slots:].sum())))
-    per = TOKENS // EP
     results: dict = {"expt_dp_ranks": dist.get_process_group_ranks(expt_dp), "replica": replica, "steps": []}
     for step in range(2):
-        rows = replica_routing(step, replica)
-        local = np.concatenate([rows[m * TOKENS + ep_rank * per: m * TOKENS + (ep_rank + 1) * per]
-                                for m in range(MICRO_BATCHES)])
-        moved = rebalance_step(ours, local[:, None, :], tuple(np.arange(MICRO_BATCHES + 1) * per),
-                               optimizers["rlweave"])
-        record: dict = {"moved": moved, "layout": ours.physical_to_logical.copy(), "micro_batches": []}
-        for m in range(MICRO_BATCHES):
-            torch.manual_seed(1000 * step + 100 * m + rank)
-            x, g = torch.randn(per // 2, 2, HIDDEN), torch.randn(per // 2, 2, HIDDEN)
-            idx = torch.as_tensor(local[m * per:(m + 1) * per])
-            RouterReplay.set_replay_data([idx, idx])  # one RouterReplay per layer, in build order
-            RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
-            mb = forward_backward(reference, ours, x, g)
-            record["micro_batches"].append(mb)
+        record = train_step(step, (rank, replica, ep_rank), (reference, ours), ours, optimizers["rlweave"])
         record["spare_grads_cleared"] = all(
             p.grad is None for s in range(ours.home_slots, ours.slots_per_rank)
             for p in ours.experts.local_experts[s].parameters())
