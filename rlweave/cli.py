@@ -1,4 +1,4 @@
-"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan stream``, ``fusion schedule``,
+"""The ``rlweave`` command: ``doctor``, ``bench <name>``, ``plan <trace>``, ``plan stream``, ``fusion schedule``,
 ``demo``, ``models``, ``chaos``.
 
 Commands that need a framework this interpreter lacks re-launch themselves in the environment
@@ -250,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this interpreter only, not every environment of the CPU rig")
     doctor.add_argument("--json", action="store_true", help="print the tables as one JSON object")
     add_bench_parser(sub)
-    plan = sub.add_parser("plan", help="plan resources from measured profiles (simulated)")
+    plan = sub.add_parser("plan", help="plan resources from measured profiles (simulated)",
+                          description="rlweave plan TRACE --cluster FILE: a traced job's step on another "
+                                      "cluster (docs/plan.md); rlweave plan stream: StreamRL's pools.")
     plan_sub = plan.add_subparsers(dest="planner", required=True)
     from rlweave.plugins.stream_generation import plan_command
 
@@ -274,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plan"] and argv[1:2] and argv[1] not in ("stream", "-h", "--help"):
+        from rlweave.plan.command import main as plan_trace  # a trace, not a planner's name
+
+        return plan_trace(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command in ("bench", "demo") and (missing := missing_bench_module()):
         print(f"rlweave {args.command}: needs the bench extra ({missing} is not installed): {BENCH_EXTRA}",

@@ -107,9 +107,15 @@ def test_the_command_prints_a_table_and_refuses_a_bad_cluster(tmp_path, capsys):
         '[gpu]\nkind = "H200_SXM"\ncount = 1024\n[model]\nparams_b = 7.0\nlayers = 28\nhidden = 3584\n'
         '[parallelism]\ntp = 1\npp = 1\ndp = 1024\nrollout_tp = 4\n'
         '[recorded]\ngpu = "A100_80GB"\ngpus = 1\nparams_b = 0.5\n')
-    assert main([str(tmp_path / "t"), "--cluster", str(tmp_path / "c.toml")]) == 0
-    out = capsys.readouterr().out
-    assert "generate" in out and "SIMULATED" in out and "MODELLED" in out and "assumptions:" in out
+    from rlweave.cli import main as rlweave
+
+    for command in (main, lambda argv: rlweave(["plan", *argv])):  # python -m rlweave.plan, rlweave plan
+        assert command([str(tmp_path / "t"), "--cluster", str(tmp_path / "c.toml")]) == 0
+        out = capsys.readouterr().out
+        assert "generate" in out and "SIMULATED" in out and "MODELLED" in out and "assumptions:" in out
+    with pytest.raises(SystemExit):  # rlweave plan stream is still the pool planner
+        rlweave(["plan", "stream", "--help"])
+    assert "usage: rlweave plan stream" in capsys.readouterr().out
     (tmp_path / "c.toml").write_text('[gpu]\nkind = "B300"\n')
     assert main([str(tmp_path / "t"), "--cluster", str(tmp_path / "c.toml")]) == 2
     assert "[gpu] kind = 'B300'" in capsys.readouterr().err
