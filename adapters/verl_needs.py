@@ -60,10 +60,11 @@ VERL_SETTINGS: dict[Need, tuple[VerlSetting, ...]] = {
     ),
     Need.RLWEAVE_LAYERS: (
         VerlSetting("rlweave.{plugin}.enable", ("false",), "false",
-                    "verl 0.9's Megatron engine builds its model from Megatron's own layer spec (through "
-                    "Megatron-Bridge or mbridge), not rlweave's, so the plugin cannot run in a verl job yet; it "
-                    "runs in Megatron models built with rlweave.adapters.megatron.layer_spec "
-                    "(docs/replay_balance.md, docs/overlap.md)"),
+                    "verl 0.9's Megatron engine builds its model from Megatron's own layer spec, not rlweave's: "
+                    "its TransformerEngine spec (through Megatron-Bridge or mbridge) has no ReLibra MoE layer and "
+                    "has no ColumnParallelLinear or RowParallelLinear for overlap's linears to replace, so the "
+                    "plugin cannot run in a verl job yet; it runs in Megatron models built with "
+                    "rlweave.adapters.megatron.layer_spec (docs/replay_balance.md, docs/overlap.md)"),
     ),
 }
 

@@ -22,33 +22,43 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlweave.plugin_api import ConfigError, PluginSection
-from rlweave.registry import plugins
+from rlweave.registry import plugin, sources
 
 ENV_PREFIX = "RLWEAVE__"
-
-
-def _default_sections() -> dict[str, PluginSection]:
-    return {name: info.options() for name, info in plugins().items()}
 
 
 @dataclass
 class RlweaveConfig:
     """The whole ``rlweave`` section: one sub-section per installed plugin, read as an attribute
-    (``config.tracing.dir``)."""
+    (``config.tracing.dir``). Only the sections a setting touched are held; any other reads as its
+    plugin's defaults, so that a process with every plugin off imports no plugin module."""
 
-    by_name: dict[str, PluginSection] = field(default_factory=_default_sections)
+    by_name: dict[str, PluginSection] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> PluginSection:
-        try:
-            return self.__dict__["by_name"][name]
-        except KeyError:
-            raise AttributeError(f"no rlweave plugin section '{name}'") from None
+        held = self.__dict__.get("by_name")
+        if held is not None and name in held:
+            return held[name]
+        if held is not None and name in sources():
+            return plugin(name).options()
+        raise AttributeError(f"no rlweave plugin section '{name}'")
+
+    def held(self, name: str) -> PluginSection:
+        """Section ``name``, held from now on (created with its defaults): where settings go."""
+        if name not in self.by_name:
+            self.by_name[name] = plugin(name).options()
+        return self.by_name[name]
 
     def sections(self) -> Iterator[tuple[str, PluginSection]]:
-        yield from self.by_name.items()
+        """Every installed plugin's section (this imports every plugin's options)."""
+        for name in sources():
+            yield name, getattr(self, name)
 
     def enabled(self) -> list[str]:
-        return [name for name, section in self.sections() if section.enable]
+        """Enabled sections, in the registry's order."""
+        if not self.by_name:
+            return []
+        return [name for name in sources() if name in self.by_name and self.by_name[name].enable]
 
 
 @dataclass(frozen=True)
@@ -111,16 +121,16 @@ def _allowed_values(section: PluginSection, option: str) -> str:
 def build_config(settings: Iterable[Setting]) -> RlweaveConfig:
     """Apply settings in order onto the defaults, validating each one."""
     config = RlweaveConfig()
-    section_names = [name for name, _ in config.sections()]
     for s in settings:
         parts = s.key.split(".")
-        if len(parts) != 2 or parts[0] not in section_names:
+        if len(parts) != 2 or parts[0] not in sources():
+            section_names = list(sources())
             raise ConfigError(
                 f"unknown rlweave setting 'rlweave.{s.key}' (from {s.source}). "
                 f"Settings are rlweave.<plugin>.<option>, plugin one of: {', '.join(section_names)}."
             )
         section_name, option = parts
-        section = getattr(config, section_name)
+        section = config.held(section_name)
         options = [f.name for f in dataclasses.fields(section)]
         if option not in options:
             raise ConfigError(
@@ -136,7 +146,7 @@ def build_config(settings: Iterable[Setting]) -> RlweaveConfig:
                 f"allowed: {_allowed_values(section, option)}."
             ) from None
         setattr(section, option, getattr(node, option))
-    for name, section in config.sections():
+    for name, section in config.by_name.items():
         section.finalize()
         if section.enable and not section.available:
             available = [n for n, sec in config.sections() if sec.available]
@@ -152,7 +162,7 @@ def to_env(config: RlweaveConfig) -> dict[str, str]:
     """Environment variables that reproduce ``config`` in a child process (the non-default
     options of enabled plugins: a disabled plugin leaves no trace)."""
     env = {}
-    for name, section in config.sections():
+    for name, section in config.by_name.items():
         if not section.enable:
             continue
         default = type(section)()

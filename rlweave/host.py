@@ -16,7 +16,7 @@ import pluggy
 
 from rlweave.config import RlweaveConfig, Setting, build_config, settings_from_env, to_env
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
-from rlweave.registry import plugins
+from rlweave.registry import plugin
 
 # Always registered: the trylast implementations that give every wrapper hook its base behaviour.
 CORE_PLUGIN = "rlweave.defaults"
@@ -60,7 +60,7 @@ def build_plugin_manager(config: RlweaveConfig) -> pluggy.PluginManager:
         pm.add_hookspecs(importlib.import_module(module))
     pm.register(importlib.import_module(CORE_PLUGIN), name=CORE_PLUGIN)
     for section in config.enabled():
-        module = plugins()[section].hooks
+        module = plugin(section).hooks
         pm.register(importlib.import_module(module), name=module)
     allow = os.environ.get(LOAD_PLUGINS_ENV)
     if allow is None:

@@ -18,38 +18,44 @@ ENTRY_POINT_GROUP = "rlweave.plugins"
 _SUITE_PACKAGE = "rlweave.plugins"
 
 
-def _suite_plugins() -> list[PluginInfo]:
+def _suite_sources() -> dict[str, str]:
     package = importlib.import_module(_SUITE_PACKAGE)
-    out = []
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg):
-        out.append(importlib.import_module(f"{_SUITE_PACKAGE}.{module}.options").PLUGIN)
-    return out
-
-
-def _third_party_plugins() -> list[tuple[PluginInfo, str]]:
-    out = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        info = ep.load()
-        if not isinstance(info, PluginInfo) or info.name != ep.name:
-            raise ConfigError(
-                f"entry point '{ep.name} = {ep.value}' in group '{ENTRY_POINT_GROUP}' (distribution "
-                f"{ep.dist.name if ep.dist else '?'}) must name a PluginInfo whose name is '{ep.name}'; "
-                f"fix that package's entry point or uninstall it."
-            )
-        out.append((info, ep.value))
-    return out
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.ispkg)
+    return {name: f"{_SUITE_PACKAGE}.{name}.options:PLUGIN" for name in names}
 
 
 @functools.cache
-def plugins() -> dict[str, PluginInfo]:
-    """Every installed plugin by section name: the suite's first, in name order, then third
-    parties'. Two plugins claiming one section are refused, naming both."""
-    found = {info.name: info for info in _suite_plugins()}
-    for info, origin in _third_party_plugins():
-        if info.name in found:
+def sources() -> dict[str, str]:
+    """Every installed plugin's section name and where its :class:`PluginInfo` lives
+    (``module:attribute``), found without importing any plugin: the suite's packages first, in
+    name order, then third parties' entry points. Two claiming one section are refused, naming
+    both."""
+    found = _suite_sources()
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in found:
             raise ConfigError(
-                f"two plugins claim the section 'rlweave.{info.name}': {found[info.name].hooks} and "
-                f"{origin}; uninstall one of them."
+                f"two plugins claim the section 'rlweave.{ep.name}': {found[ep.name]} and {ep.value}; "
+                f"uninstall one of them."
             )
-        found[info.name] = info
+        found[ep.name] = ep.value
     return found
+
+
+@functools.cache
+def plugin(name: str) -> PluginInfo:
+    """The plugin of section ``name``; its options module is imported here, on first use only,
+    so that a process with every plugin off imports none (disabled means absent)."""
+    source = sources()[name]
+    module, _, attribute = source.partition(":")
+    info = getattr(importlib.import_module(module), attribute, None)
+    if not isinstance(info, PluginInfo) or info.name != name:
+        raise ConfigError(
+            f"'{name} = {source}' (group '{ENTRY_POINT_GROUP}') must name a PluginInfo whose name is "
+            f"'{name}'; fix that package's entry point or uninstall it."
+        )
+    return info
+
+
+def plugins() -> dict[str, PluginInfo]:
+    """Every installed plugin by section name, each imported (``rlweave doctor``, error messages)."""
+    return {name: plugin(name) for name in sources()}

@@ -65,13 +65,18 @@ def _install(root: Path, package: str, section: str, entry_point: str) -> None:
     (dist / "entry_points.txt").write_text(f"[rlweave.plugins]\n{entry_point}\n")
 
 
+def _forget() -> None:
+    registry.sources.cache_clear()
+    registry.plugin.cache_clear()
+
+
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """Where to install packages; the registry forgets them afterwards."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry.plugins.cache_clear()
+    _forget()
     yield tmp_path
-    registry.plugins.cache_clear()
+    _forget()
     for name in [m for m in sys.modules if m.startswith("acme_")]:
         del sys.modules[name]
 
@@ -98,7 +103,7 @@ def test_a_disabled_third_party_plugin_is_absent(installed):
     _install(installed, "acme_quota", "acme_quota", "acme_quota = acme_quota.options:PLUGIN")
     host = activate(export_env=False)
     assert "acme_quota.hooks" not in dict(host.pm.list_name_plugin())
-    assert "acme_quota.hooks" not in sys.modules
+    assert "acme_quota.hooks" not in sys.modules and "acme_quota.options" not in sys.modules
 
 
 @pytest.mark.parametrize("override, expected", [
@@ -116,12 +121,12 @@ def test_a_third_party_plugins_bad_value_gets_one_clear_error(installed, overrid
 def test_a_plugin_claiming_a_suite_section_is_refused_naming_both(installed):
     _install(installed, "acme_tracing", "tracing", "tracing = acme_tracing.options:PLUGIN")
     with pytest.raises(ConfigError, match="two plugins claim the section 'rlweave.tracing': "
-                                          "rlweave.plugins.tracing.plugin and acme_tracing.options:PLUGIN"):
-        build_config([])
+                                          "rlweave.plugins.tracing.options:PLUGIN and acme_tracing.options:PLUGIN"):
+        build_config(settings_from_overrides(["+rlweave.tracing.enable=true"]))
 
 
 def test_an_entry_point_naming_another_section_is_refused(installed):
     _install(installed, "acme_quota", "acme_quota", "quota = acme_quota.options:PLUGIN")
-    with pytest.raises(ConfigError, match="entry point 'quota = acme_quota.options:PLUGIN'.*"
+    with pytest.raises(ConfigError, match="'quota = acme_quota.options:PLUGIN' .*"
                                           "must name a PluginInfo whose name is 'quota'"):
-        build_config([])
+        build_config(settings_from_overrides(["+rlweave.quota.enable=true"]))
