@@ -29,11 +29,18 @@ MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 
 # Step metrics computed over the whole batch from what inference wrote per sample: rewards,
 # values (the critic's), GAE's advantages and returns, the losses of the one optimizer step
 # (pg_loss about 1.6e-4 here, ppo_kl about 1e-4, kl_loss 0 where the reference is the actor),
-# each within a relative tolerance only. Not the advantages' mean: GAE's whitening makes it a
+# each within a relative tolerance (and the two cancelling losses within float noise). Not the advantages' mean: GAE's whitening makes it a
 # cancelling sum of float noise near 1e-8, which no tolerance can judge.
 COMPARED = ("critic/score/mean", "critic/values/mean", "critic/advantages/max", "critic/advantages/min",
             "critic/returns/mean", "actor/pg_loss", "actor/ppo_kl", "actor/kl_loss", "critic/vf_loss",
             "response_length/mean")
+
+# PPO's two losses that are means of cancelling O(1) terms (advantage × ratio, log-ratio): a
+# float32 log-prob computed over a batch of another shape (one sample, or the batch inference
+# formed as samples finished, which varies run to run) moves each term by about 1e-6, so their
+# mean moves by that much whatever its size (8e-7 on a 1.6e-4 pg_loss seen in CI). One wrong
+# sample's log-probs move it by orders more; this floor is ten times the noise.
+CANCELLING_NOISE = {"actor/pg_loss": 1e-5, "actor/ppo_kl": 1e-5}
 
 
 @pytest.fixture(scope="module")
@@ -72,4 +79,4 @@ def test_inference_per_sample_equals_verls_batch_computation(runs):
     verl, fused = runs
     for key in COMPARED:
         expected, got = verl.steps[1][key], fused.steps[1][key]
-        assert got == pytest.approx(expected, rel=2e-3, abs=0), key
+        assert got == pytest.approx(expected, rel=2e-3, abs=CANCELLING_NOISE.get(key, 0)), key
