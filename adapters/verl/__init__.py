@@ -30,6 +30,7 @@ from rlweave.patches import (
     EXPERT_PLACEMENT,
     PLUGINS,
     REQUEST_PRIORITY,
+    RLWEAVE_LAYERS,
     ROLLOUT_STATE,
     apply_patches,
 )
@@ -58,24 +59,29 @@ def _load() -> None:
     _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
-    if host.implements("rlweave_expert_step_placement") or host.implements("rlweave_expert_microbatch_placement"):
+    places_experts = host.implements("rlweave_expert_step_placement") or host.implements(
+        "rlweave_expert_microbatch_placement")
+    if places_experts:
         apply_patches("verl", version, EXPERT_PLACEMENT)
+    if places_experts or host.implements("rlweave_tp_linear_impl"):  # ReLibra's/FLUX's layers in verl's Megatron
+        apply_patches("verl", version, RLWEAVE_LAYERS)
     if host.implements("rlweave_request_priority"):  # Heddle: SGLang gets the turn's priority too
         apply_patches("verl", version, REQUEST_PRIORITY)
     if host.implements("rlweave_rollout_state"):  # Heddle: its predictor outlives a restart
         apply_patches("verl", version, ROLLOUT_STATE)
     from rlweave.adapters.verl import agent_loop  # noqa: F401  (registers with verl)
 
-    _register_trainer_modes(requirements)  # before install(), so that the modes are traced too
-    if host.implements("rlweave_resilience_settings"):  # MegaScale: heartbeats, recovery, checkpoints
+    modes = _register_trainer_modes(requirements)  # before the seam, so that the modes have it too
+    resilient = host.implements("rlweave_resilience_settings")  # MegaScale: heartbeats, recovery, checkpoints
+    if modes or resilient or host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
+        from rlweave.adapters.verl import trainer
+
+        trainer.install()  # the one stage seam, which tracing and resilience attach to
+    if resilient:
         from rlweave.adapters.verl import resilience
 
         resilience.start_heartbeat()
         resilience.install()
-    if host.implements("rlweave_run_stage") or host.implements("rlweave_step_end"):
-        from rlweave.adapters.verl.trainer import install
-
-        install()
 
     host.hook.rlweave_framework_loaded(framework=FrameworkInfo("verl", version, _process_role()))
 
@@ -86,13 +92,12 @@ TRAINER_MODE_KEY = "trainer.v1.trainer_mode"
 TRAINER_MODES = {"rlweave_stream": "rlweave.adapters.verl.stream_trainer"}
 
 
-def _register_trainer_modes(requirements: list[SettingRequirement]) -> None:
-    """Import the modules of the rlweave trainer modes that an enabled plugin needs."""
-    for r in requirements:
-        if r.key == TRAINER_MODE_KEY:
-            for mode in r.allowed:
-                if mode in TRAINER_MODES:
-                    importlib.import_module(TRAINER_MODES[mode])
+def _register_trainer_modes(requirements: list[SettingRequirement]) -> list[str]:
+    """Import the modules of the rlweave trainer modes that an enabled plugin needs; their names."""
+    modes = [mode for r in requirements if r.key == TRAINER_MODE_KEY for mode in r.allowed if mode in TRAINER_MODES]
+    for mode in modes:
+        importlib.import_module(TRAINER_MODES[mode])
+    return modes
 
 
 def _check_command_line(requirements: list[SettingRequirement], argv: list[str]) -> None:

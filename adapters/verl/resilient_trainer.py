@@ -1,7 +1,7 @@
 """verl's synchronous trainer, made to survive its faults (MegaScale's recovery, by RL role).
 
-:func:`resilient` subclasses verl's ``sync`` trainer; the subclass only adds, around verl's own
-methods:
+:func:`resilient` subclasses verl's ``sync`` trainer; the subclass attaches :meth:`Resilience.around`
+to the trainer's one stage seam (:mod:`.trainer`) and only adds, around verl's own methods:
 
 - **monitoring**: the job's monitor (:mod:`.resilience_monitor`, threads in this process) and
   the controller's heartbeat, one section per stage;
@@ -62,12 +62,21 @@ from rlweave.adapters.verl.resilient_workers import (
     ResilientLLMServerClient,
     ResilientTrainingWorker,
 )
-from rlweave.adapters.verl.trainer import STAGE_METHODS
+from rlweave.adapters.verl.trainer import with_seam
 from rlweave.host import get_host
-from rlweave.types import CheckpointCandidate, Health, RecoveryAction, RecoveryKind, RecoveryRecord, WorkerIncident
+from rlweave.types import (
+    CheckpointCandidate,
+    Health,
+    RecoveryAction,
+    RecoveryKind,
+    RecoveryRecord,
+    Stage,
+    StageContext,
+    WorkerIncident,
+)
 
 METRIC = "rlweave/resilience"
-SNAPSHOTTED = {"_update_actor": "actor", "_update_critic": str(Role.Critic)}  # update stage -> its model
+SNAPSHOTTED = {Stage.UPDATE_ACTOR: "actor", Stage.UPDATE_CRITIC: str(Role.Critic)}  # update stage -> its model
 POLL_S = 0.25
 FAILURE_MARKS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo",
                  "ActorDiedError", "ActorUnavailableError")
@@ -493,6 +502,38 @@ class Resilience:
         self.cpu_seen = cpu
         return {f"{METRIC}/{k}": v for k, v in figures.items()}
 
+    # ------------------------------------------------------------------ around the trainer's stages
+
+    def around(self, context: StageContext, batch: Any, run: Callable[[], Any]) -> Any:
+        """What the trainer's seam runs around a stage: generation watched for lost replicas,
+        the weight sync guarded, any other stage after the pending recoveries, as a section of
+        the controller's; an update stage also takes its model's host snapshot."""
+        if context.stage is Stage.GENERATE:
+            return self.generate(run)
+        if context.stage is Stage.WEIGHT_SYNC:
+            return self.guarded(run, context.stage.value)
+        self.safe_point()
+        model = SNAPSHOTTED.get(context.stage)
+        with self.section(context.stage.value), \
+                (self.snapshot_after(model, context.step, batch) if model else nullcontext()):
+            return run()
+
+    def guarded(self, call: Callable[..., Any], section: str, *args: Any, **kwargs: Any) -> Any:
+        """A worker call outside a step's stage methods (weight sync, sleeping the replicas):
+        pending recoveries first, and a trainer failure recovered from the newest snapshot."""
+        while True:
+            try:
+                self.safe_point()
+                with self.section(section):
+                    return call(*args, **kwargs)
+            except Exception as error:
+                incident = self.worker_failure(error)
+                if incident is None:
+                    if self.pending_replace:
+                        continue  # a replica died under the call: replaced at the loop's safe point
+                    raise
+                self.rebuild(incident)
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, sample: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -593,15 +634,13 @@ class _ResilientTrainer:
                 self.role_worker_mapping[role] = ray.remote(ResilientTrainingWorker)
 
     def _setup(self) -> None:
-        self._resilience = Resilience(self)
-        self._resilience.start()
+        r = self._resilience = Resilience(self)
+        r.start()
         super()._setup()
-        r = self._resilience
-        self.replay_buffer.sample = partial(r.generate, self.replay_buffer.sample)
-        update = r.update_weights = self.checkpoint_manager.update_weights
-        sleep = self.checkpoint_manager.sleep_replicas
-        self.checkpoint_manager.update_weights = partial(self._rlweave_guarded, update, "weight_sync")
-        self.checkpoint_manager.sleep_replicas = partial(self._rlweave_guarded, sleep, "sleep_replicas")
+        r.update_weights = self.checkpoint_manager.update_weights.__wrapped__  # verl's own, past the seam
+        self.rlweave_attach(r.around)
+        self.checkpoint_manager.sleep_replicas = partial(r.guarded, self.checkpoint_manager.sleep_replicas,
+                                                         "sleep_replicas")
 
     def get_llm_client(self) -> Any:
         return self.llm_server_manager.get_client(client_cls=ResilientLLMServerClient,
@@ -611,23 +650,6 @@ class _ResilientTrainer:
         if self._resilience.sender is not None:
             self._resilience.sender.set_step(self.global_steps)
         super().on_step_begin()
-
-    def _rlweave_guarded(self, call: Callable[..., Any], section: str, *args: Any, **kwargs: Any) -> Any:
-        """A worker call outside a step's stages (weight sync, sleeping the replicas): pending
-        recoveries first, and a trainer failure recovered from the newest snapshot."""
-        r = self._resilience
-        while True:
-            try:
-                r.safe_point()
-                with r.section(section):
-                    return call(*args, **kwargs)
-            except Exception as error:
-                incident = r.worker_failure(error)
-                if incident is None:
-                    if r.pending_replace:
-                        continue  # a replica died under the call: replaced at the loop's safe point
-                    raise
-                r.rebuild(incident)
 
     def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
         r = self._resilience
@@ -679,27 +701,9 @@ class _ResilientTrainer:
             self._resilience.close()
 
 
-def _guarded_stage(cls: type, name: str, stage: str) -> Callable[..., Any]:
-    """verl's stage ``name`` after the pending recoveries, as a section of the controller's; an
-    update stage also takes its model's host snapshot."""
-    original = getattr(cls, name)
-    model = SNAPSHOTTED.get(name)
-
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        r = self._resilience
-        r.safe_point()
-        with r.section(stage), (r.snapshot_after(model, self.global_steps, args[0]) if model else nullcontext()):
-            return original(self, *args, **kwargs)
-
-    method.__name__ = name
-    return method
-
-
 def resilient(cls: type) -> type:
-    """``cls`` (verl's sync trainer) with :class:`_ResilientTrainer` in front (idempotent)."""
+    """``cls`` (verl's sync trainer) with the stage seam and :class:`_ResilientTrainer` in front
+    (idempotent)."""
     if issubclass(cls, _ResilientTrainer):
         return cls
-    namespace: dict[str, Any] = {name: _guarded_stage(cls, name, stage.value)
-                                 for name, (stage, _) in STAGE_METHODS.items()}
-    namespace["__module__"] = __name__
-    return type(f"Resilient{cls.__name__}", (_ResilientTrainer, cls), namespace)
+    return type(f"Resilient{cls.__name__}", (_ResilientTrainer, with_seam(cls)), {"__module__": __name__})

@@ -333,9 +333,8 @@ class RlweaveStreamTrainer(PPOTrainer):
             self.replay_buffer.health_check = self._push.raise_if_failed
 
     def _traced_weight_sync(self, run: Callable[[], Any]) -> Any:
-        """``run`` as a weight-sync stage on the rollout's lane, as verl's own push is traced."""
-        stage = getattr(self, "_rlweave_stage", None)  # rlweave's stage hooks, when installed
-        return stage(Stage.WEIGHT_SYNC, "rollout", run) if stage else run()
+        """``run`` as a weight-sync stage on the rollout's lane, through the seam as verl's own push."""
+        return self._rlweave_stage(Stage.WEIGHT_SYNC, "rollout", run)
 
     def _get_n_gpus_for_throughput(self) -> int:
         """verl's per-device throughput metrics count the standalone rollout devices too."""

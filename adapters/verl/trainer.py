@@ -1,15 +1,21 @@
-"""verl's v1 trainers with rlweave's stage hooks around every stage of a step.
+"""verl's v1 trainers with rlweave's one stage seam.
 
-Each trainer in verl's ``TRAINER_REGISTRY`` (``sync``, ``colocate_async``, ``separate_async``)
-is replaced by a subclass whose stage methods run through ``rlweave_run_stage`` and whose
-per-step metrics reach ``rlweave_step_end``. The subclass only wraps: verl's own methods do
-the work, so a run's results are verl's. Installed only while a plugin implements those hooks.
+Each trainer in verl's ``TRAINER_REGISTRY`` (``sync``, ``colocate_async``, ``separate_async``, and
+rlweave's own modes, registered before) is replaced by a subclass in which every stage of a step
+runs through one method, :meth:`StageSeam._rlweave_stage`: generation (the replay buffer's sample
+call, which returns when the rollout is done), the stage methods of :data:`STAGE_METHODS` and the
+weight sync. What runs around a stage is a chain of *arounds* that features attach to the trainer:
+tracing's (the ``rlweave_run_stage`` hook) first and outermost, so that a trace shows all a stage
+took, recoveries included; resilience's (:mod:`.resilient_trainer`: pending recoveries, the
+controller's section, host snapshots) inside it. With none attached a stage is verl's own call;
+the seam only wraps, so a run's results are verl's. Per-step metrics reach ``rlweave_step_end``.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from rlweave.host import get_host
@@ -26,31 +32,53 @@ STAGE_METHODS: dict[str, tuple[Stage, str]] = {
     "_update_actor": (Stage.UPDATE_ACTOR, "actor"),
 }
 
+# What a feature runs around a stage: (where, the stage's batch or None, the stage) -> its result.
+Around = Callable[[StageContext, Any, Callable[[], Any]], Any]
 
-def _batch_size(args: tuple[Any, ...]) -> int:
-    keys = getattr(args[0], "keys", None) if args else None
+
+def _traced(context: StageContext, batch: Any, run: Callable[[], Any]) -> Any:
+    return get_host().hook.rlweave_run_stage(context=context, run=run)
+
+
+def _batch_size(batch: Any) -> int:
+    keys = getattr(batch, "keys", None)
     return len(keys) if isinstance(keys, list) else 0
 
 
-class _StageHooks:
-    """Mixed in front of a verl trainer class."""
-
-    def _rlweave_stage(self, stage: Stage, worker: str, run: Callable[[], Any], batch_size: int = 0) -> Any:
-        context = StageContext(stage, int(getattr(self, "global_steps", 0)), worker, batch_size)
-        return get_host().hook.rlweave_run_stage(context=context, run=run)
-
-    def _wrap_call(self, owner: Any, attr: str, stage: Stage, worker: str) -> None:
-        original = getattr(owner, attr)
-        setattr(owner, attr, lambda *a, **k: self._rlweave_stage(stage, worker, lambda: original(*a, **k)))
+class StageSeam:
+    """Mixed in front of a verl trainer class: the one place a step's stages pass through."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._rlweave_arounds: list[Around] = []
         super().__init__(*args, **kwargs)
-        # Generation is the replay buffer's sample call: it returns when the rollout is done.
-        self._wrap_call(self.replay_buffer, "sample", Stage.GENERATE, "rollout")
+        if get_host().implements("rlweave_run_stage"):
+            self.rlweave_attach(_traced)
+        self._rlweave_wrap(self.replay_buffer, "sample", Stage.GENERATE, "rollout")
 
     def _setup(self) -> None:
         super()._setup()
-        self._wrap_call(self.checkpoint_manager, "update_weights", Stage.WEIGHT_SYNC, "rollout")
+        self._rlweave_wrap(self.checkpoint_manager, "update_weights", Stage.WEIGHT_SYNC, "rollout")
+
+    def rlweave_attach(self, around: Around) -> None:
+        """Run ``around`` around every stage, inside the arounds attached before it."""
+        self._rlweave_arounds.append(around)
+
+    def _rlweave_stage(self, stage: Stage, worker: str, run: Callable[[], Any], batch: Any = None) -> Any:
+        context = StageContext(stage, int(getattr(self, "global_steps", 0)), worker, _batch_size(batch))
+        for around in reversed(self._rlweave_arounds):
+            run = partial(around, context, batch, run)
+        return run()
+
+    def _rlweave_wrap(self, owner: Any, attr: str, stage: Stage, worker: str) -> None:
+        """``owner.attr`` as a stage; verl's own call stays reachable as ``__wrapped__`` (a
+        recovery pushes weights from inside a stage, and must not pass through the seam again)."""
+        original = getattr(owner, attr)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._rlweave_stage(stage, worker, lambda: original(*args, **kwargs))
+
+        call.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(owner, attr, call)
 
     def _compute_metrics(self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int) -> Any:
         result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
@@ -59,28 +87,30 @@ class _StageHooks:
         return result
 
 
-def _traced_stage(cls: type, name: str, stage: Stage, worker: str) -> Callable[..., Any]:
+def _stage_method(cls: type, name: str, stage: Stage, worker: str) -> Callable[..., Any]:
     original = getattr(cls, name)
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._rlweave_stage(stage, worker, lambda: original(self, *args, **kwargs), _batch_size(args))
+        batch = args[0] if args else None
+        return self._rlweave_stage(stage, worker, lambda: original(self, *args, **kwargs), batch)
 
     method.__name__ = name
     return method
 
 
-def traced(cls: type) -> type:
-    """``cls`` with every stage method of :data:`STAGE_METHODS` run through the stage hook."""
-    namespace: dict[str, Any] = {name: _traced_stage(cls, name, stage, worker)
+def with_seam(cls: type) -> type:
+    """``cls`` with every stage running through :class:`StageSeam` (``cls`` itself if it has it)."""
+    if issubclass(cls, StageSeam):
+        return cls
+    namespace: dict[str, Any] = {name: _stage_method(cls, name, stage, worker)
                                  for name, (stage, worker) in STAGE_METHODS.items()}
     namespace["__module__"] = __name__
-    return type(f"Rlweave{cls.__name__}", (_StageHooks, cls), namespace)
+    return type(f"Rlweave{cls.__name__}", (StageSeam, cls), namespace)
 
 
 def install() -> None:
-    """Replace every registered verl trainer by its traced subclass (idempotent)."""
+    """Give every registered verl trainer the seam (idempotent)."""
     from verl.trainer.ppo.v1 import trainer_base
 
     for name, cls in list(trainer_base.TRAINER_REGISTRY.items()):
-        if not issubclass(cls, _StageHooks):
-            trainer_base.TRAINER_REGISTRY[name] = traced(cls)
+        trainer_base.TRAINER_REGISTRY[name] = with_seam(cls)
