@@ -15,7 +15,7 @@ to the trainer's one stage seam (:mod:`.trainer`) and only adds, around verl's o
 - **rollout recovery**: while generation waits for its samples, a replica that died (its engine
   or its server) is replaced by a fresh one of the same rank, the weights of the current version
   pushed to it, and the load balancer told; verl's requests that were on it are resubmitted by
-  :class:`~.resilient_workers.ResilientLLMServerClient`, so the step completes with every
+  :class:`~.resuming_client.ResumingLLMServerClient` (with ``wait_s``), so the step completes with every
   sample, none twice;
 - **stage 2 checkpoint**: at verl's ``save_freq``, verl's own checkpoint of every rank written
   to host memory (:mod:`.checkpoints`) and persisted from there in the background in verl's
@@ -55,13 +55,12 @@ from rlweave.adapters import heartbeat
 from rlweave.adapters.verl import checkpoints as ckpt
 from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
 from rlweave.adapters.verl.resilient_workers import (
-    RESUBMITTED,
     SNAPSHOT_REQUEST,
     SNAPSHOT_US,
     ResilientActorRolloutRefWorker,
-    ResilientLLMServerClient,
     ResilientTrainingWorker,
 )
+from rlweave.adapters.verl.resuming_client import RESUBMITTED, ResumingLLMServerClient
 from rlweave.adapters.verl.trainer import with_seam
 from rlweave.host import get_host
 from rlweave.types import (
@@ -643,7 +642,7 @@ class _ResilientTrainer:
                                                          "sleep_replicas")
 
     def get_llm_client(self) -> Any:
-        return self.llm_server_manager.get_client(client_cls=ResilientLLMServerClient,
+        return self.llm_server_manager.get_client(client_cls=ResumingLLMServerClient,
                                                   wait_s=self._resilience.settings.recovery_timeout_s)
 
     def on_step_begin(self) -> None:

@@ -1,4 +1,5 @@
-"""verl's workers with resilience's section timers, and the rollout client that resubmits.
+"""verl's workers with resilience's section timers and host snapshots (the rollout client that
+resubmits a dead replica's requests is :mod:`.resuming_client`'s, with ``wait_s``).
 
 - :class:`ResilientActorRolloutRefWorker`: verl's hybrid worker (a trainer rank), each of whose
   entry points (``update_actor``, ``compute_log_prob``, ``update_weights``, checkpoint save and
@@ -10,10 +11,6 @@
   whose batch asks for it (``extra_info[SNAPSHOT_REQUEST]``, set by the resilient trainer), in
   the same call: no Ray call, barrier or serialisation of its own on the step's path. One
   registered method restores a rebuilt rank from it.
-- :class:`ResilientLLMServerClient`: verl's rollout client; a request whose replica died (its
-  engine dead, its server actor gone) is resubmitted once the load balancer offers a live
-  replica, so a finished sample is never lost for a dead engine and none is generated twice
-  (the agent loop writes a sample only when its request returns).
 """
 
 from __future__ import annotations
@@ -26,11 +23,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-import ray
 import torch
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
-from verl.workers.rollout.llm_server import LLMServerClient
 
 from rlweave.adapters import heartbeat
 from rlweave.adapters.verl.host_snapshot import HostSnapshots
@@ -38,7 +33,6 @@ from rlweave.adapters.verl.host_snapshot import HostSnapshots
 ACTOR_SECTIONS = ("compute_log_prob", "compute_ref_log_prob", "update_actor", "update_weights",
                   "save_checkpoint", "load_checkpoint")
 CRITIC_SECTIONS = ("train_mini_batch", "infer_batch", "save_checkpoint", "load_checkpoint")
-RESUBMITTED = "requests_resubmitted"
 SNAPSHOT_REQUEST = "rlweave_host_snapshot"  # {"folder", "step"} in an update's extra_info
 SNAPSHOT_US = "snapshot_us"  # a counter: microseconds spent in host snapshots, summed over ranks
 
@@ -192,63 +186,3 @@ class ResilientTrainingWorker(TrainingWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rlweave_restore_host_snapshot(self, folder: str, step: int) -> None:
         self._rlweave_snapshots.restore(folder, step)
-
-
-def replica_died(error: BaseException) -> bool:
-    """Whether a request failed because its replica is gone (not because of the request)."""
-    if isinstance(error, ray.exceptions.RayActorError):
-        return True
-    text = f"{type(error).__name__}: {error}"
-    return any(mark in text for mark in ("EngineDeadError", "EngineCore", "ActorDiedError",
-                                         "ActorUnavailableError", "engine core"))
-
-
-class ResilientLLMServerClient(LLMServerClient):
-    """verl's client; see the module docstring. ``wait_s``: how long a request waits for a live
-    replica before it fails as it would without rlweave."""
-
-    def __init__(self, *args: Any, wait_s: float = 300.0, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._wait_s = wait_s
-        self._dead: set[str] = set()
-        self._server_of: dict[str, str] = {}
-
-    async def _acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            try:
-                server_id, handle = await super()._acquire_server(request_id, **extra)
-            except RuntimeError as error:  # no replica in the balancer: one is being replaced
-                if "No available servers" not in str(error) or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-                continue
-            if server_id not in self._dead:
-                self._server_of[request_id] = server_id
-                return server_id, handle
-            self._release_server(server_id, request_id=request_id)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"rlweave resilience: no live rollout replica within {self._wait_s:.0f}s")
-            await asyncio.sleep(0.2)
-
-    async def generate(self, request_id: str, **kwargs: Any) -> Any:
-        sender = heartbeat.current()
-        try:
-            while True:
-                try:
-                    if sender is None:
-                        return await super().generate(request_id, **kwargs)
-                    with sender.activity("generate"):
-                        return await super().generate(request_id, **kwargs)
-                except Exception as error:
-                    if not replica_died(error):
-                        raise
-                    server = self._server_of.get(request_id, "")
-                    if server not in self._dead:
-                        print(f"rlweave resilience: rollout server {server} is gone "
-                              f"({type(error).__name__}); resubmitting its requests")
-                    self._dead.add(server)
-                    if sender is not None:
-                        sender.count(RESUBMITTED)
-        finally:
-            self._server_of.pop(request_id, None)

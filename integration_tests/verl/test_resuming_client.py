@@ -1,6 +1,7 @@
 """rlweave's resuming client on verl's own ``LLMServerClient``: a request its replica aborts (a
 migration, or a weight push) is resubmitted at once with the tokens it has and the rest of its
-budget, and the agent loop sees one output, as if nothing had happened. verl's server call is
+budget, and the agent loop sees one output, as if nothing had happened; with failover (what
+resilience asks for) a request whose replica died is resubmitted too. verl's server call is
 replaced by a scripted replica (no Ray, no engine: the verl_trainer group runs the real thing)."""
 
 from __future__ import annotations
@@ -62,3 +63,40 @@ def test_a_request_aborted_at_its_budget_stops_there(monkeypatch):
     client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)
     out = asyncio.run(client.generate("r2", prompt_ids=[1], sampling_params={"max_tokens": 2}))
     assert out.token_ids == [4, 4] and out.stop_reason == "length" and out.log_probs is None
+
+
+def _client_with_failover() -> ResumingLLMServerClient:
+    client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)
+    client._wait_s, client._dead, client._server_of = 5.0, set(), {}  # what __init__(wait_s=5.0) sets
+    return client
+
+
+def _dies_once(calls: list):
+    script = [TokenOutput(token_ids=[5, 6], log_probs=None, stop_reason="aborted", extra_fields={}),
+              RuntimeError("EngineDeadError: EngineCore encountered an issue"),
+              TokenOutput(token_ids=[7], log_probs=None, stop_reason="length", extra_fields={})]
+
+    async def replica(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        calls.append(list(prompt_ids))
+        step = script[len(calls) - 1]
+        if isinstance(step, Exception):
+            raise step
+        return step
+    return replica
+
+
+def test_with_failover_a_request_whose_replica_died_is_resubmitted_with_the_tokens_it_had(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(LLMServerClient, "generate", _dies_once(calls))
+    out = asyncio.run(_client_with_failover().generate("r4", prompt_ids=[1, 2], sampling_params={"max_tokens": 3}))
+    assert calls == [[1, 2], [1, 2, 5, 6], [1, 2, 5, 6]]  # the dead part again, on a live replica
+    assert out.token_ids == [5, 6, 7] and out.stop_reason == "length"
+
+
+def test_without_failover_a_dead_replica_fails_the_request_as_verl_would(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(LLMServerClient, "generate", _dies_once(calls))
+    client = ResumingLLMServerClient.__new__(ResumingLLMServerClient)
+    with pytest.raises(RuntimeError, match="EngineDeadError"):
+        asyncio.run(client.generate("r5", prompt_ids=[1, 2], sampling_params={"max_tokens": 3}))
+    assert len(calls) == 2
