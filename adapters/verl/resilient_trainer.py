@@ -6,7 +6,8 @@ to the trainer's one stage seam (:mod:`.trainer`) and only adds, around verl's o
 - **monitoring**: the job's monitor (:mod:`.resilience_monitor`, threads in this process) and
   the controller's heartbeat, one section per stage;
 - **stage 1 checkpoint**: each trainer rank copies its model and optimizer state into host
-  memory at the end of the step's update, in the same call (:mod:`.host_snapshot`);
+  memory at the end of the step's update, in the same call (:mod:`.host_snapshot`; the
+  :class:`~.checkpoint_store.CheckpointStore` holds both stages);
 - **trainer recovery**: a stage that fails because a trainer rank died (or was killed as the
   culprit of a hang) makes the trainer stop the whole worker group, build a new one in the same
   placement groups, restore the newest host snapshot and run the step again
@@ -18,7 +19,7 @@ to the trainer's one stage seam (:mod:`.trainer`) and only adds, around verl's o
   :class:`~.resuming_client.ResumingLLMServerClient` (with ``wait_s``), so the step completes with every
   sample, none twice;
 - **stage 2 checkpoint**: at verl's ``save_freq``, verl's own checkpoint of every rank written
-  to host memory (:mod:`.checkpoints`) and persisted from there in the background in verl's
+  to host memory (:mod:`.checkpoints`, through the store) and persisted from there in the background in verl's
   layout, atomically, with a manifest of checksums; on resume, the newest checkpoint that
   verifies is loaded (and a rebuild before the next host snapshot restores from it).
 
@@ -32,7 +33,6 @@ import asyncio
 import concurrent.futures
 import copy
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from omegaconf import open_dict
 from verl.single_controller.ray import RayWorkerGroup, create_colocated_worker_cls
 from verl.trainer.ppo.utils import Role
 from verl.utils.config import omega_conf_to_dataclass
@@ -52,10 +51,9 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.utils.losses import value_loss
 
 from rlweave.adapters import heartbeat
-from rlweave.adapters.verl import checkpoints as ckpt
+from rlweave.adapters.verl.checkpoint_store import CheckpointStore
 from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
 from rlweave.adapters.verl.resilient_workers import (
-    SNAPSHOT_REQUEST,
     SNAPSHOT_US,
     ResilientActorRolloutRefWorker,
     ResilientTrainingWorker,
@@ -64,7 +62,6 @@ from rlweave.adapters.verl.resuming_client import RESUBMITTED, ResumingLLMServer
 from rlweave.adapters.verl.trainer import with_seam
 from rlweave.host import get_host
 from rlweave.types import (
-    CheckpointCandidate,
     Health,
     RecoveryAction,
     RecoveryKind,
@@ -100,15 +97,6 @@ class Resilience:
         self.settings = self.hook.rlweave_resilience_settings()
         self.job_id = ray.get_runtime_context().get_job_id()
         self.snapshots = Path(self.settings.snapshot_dir) / f"job-{self.job_id}-{uuid.uuid4().hex[:8]}"
-        self.snapshot_step = -1  # the newest step every trainer model can be restored to
-        self.host_steps: dict[str, list[int]] = {}  # model -> the steps its host snapshots hold
-        self.staged_step = -1  # the step whose verl checkpoint is staged in host memory
-        self.dataloader_states: dict[int, bytes] = {}
-        self.pinned: set[int] = set()
-        self.hosts: dict[str, Any] = {}
-        self.node_ranks: dict[str, list[int]] = {}
-        self.persists: list[concurrent.futures.Future] = []
-        self.persist_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlweave-persist")
         self.replay: Any = None
         self.replay_next = False
         self.pending_replace: dict[int, WorkerIncident] = {}
@@ -119,6 +107,7 @@ class Resilience:
         self.last_replace_s: dict[int, float] = {}
         self.update_weights: Callable[..., Any] = lambda *a, **k: None  # verl's, unguarded
         self.step_figures: dict[str, float] = {}
+        self.store: CheckpointStore | None = None  # from start()
         self.monitor: ResilienceMonitor | None = None
         self.sender: heartbeat.HeartbeatSender | None = None
         self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
@@ -158,18 +147,16 @@ class Resilience:
         self.monitor = start_monitor(self.job_id, self.settings.check_s, self.settings.chaos, self.settings.faults)
         self.sender = heartbeat.start(self.monitor.address(), CONTROLLER, self.settings.heartbeat_s,
                                       channel=self.monitor.sender_channel())
-        self.snapshots.mkdir(parents=True, exist_ok=True)
+        self.store = CheckpointStore(self.trainer, self.settings, self.hook, self.snapshots, self.step_figures)
 
     def close(self) -> None:
-        for future in self.persists:
-            future.result()
-        self.persist_pool.shutdown(wait=True)
+        if self.store is not None:
+            self.store.close()
         if self.monitor is not None:
             status = self.monitor.status()
             self.monitor.stop()
             print(f"rlweave resilience: {len(status['incidents'])} incident(s); workers that beat: "
                   f"{', '.join(sorted(status['workers']))}")
-        shutil.rmtree(self.snapshots, ignore_errors=True)
 
     # ------------------------------------------------------------------ the controller's sections
 
@@ -240,159 +227,6 @@ class Resilience:
                 return str(rank)
         return "?"
 
-    # ------------------------------------------------------------------ snapshots (stage 1)
-
-    def snapshot_folder(self, step: int) -> Path:
-        return ckpt.step_folder(self.snapshots, step)
-
-    def host_folder(self, model: str) -> Path:
-        return self.snapshots / "host" / model
-
-    @contextmanager
-    def snapshot_after(self, model: str, step: int, batch: Any) -> Iterator[None]:
-        """Around the update of ``model`` that ``batch`` goes to: ask its ranks to snapshot the
-        model into host memory at the end of that call (they pop the request before verl reads
-        the batch). When the call returns, every rank's snapshot is committed; the two newest
-        are kept, so a rank that dies in the next one leaves this one whole."""
-        requested = step % self.settings.snapshot_every == 0
-        if requested:
-            batch.extra_info[SNAPSHOT_REQUEST] = {"folder": str(self.host_folder(model)), "step": step}
-        try:
-            yield
-        finally:
-            batch.extra_info.pop(SNAPSHOT_REQUEST, None)
-        if requested:
-            self.host_steps[model] = [*self.host_steps.get(model, [])[-1:], step]
-
-    def stage(self, step: int) -> None:
-        """verl's own checkpoint of every trainer model and the dataloader, written to host memory
-        for stage 2 (verl's format is what the persisted checkpoint must be)."""
-        t = self.trainer
-        start = time.perf_counter()
-        folder = self.snapshot_folder(step)
-        t.actor_rollout_wg.save_checkpoint(str(folder / "actor"), None, step, max_ckpt_to_keep=None)
-        if t.use_critic:
-            t.critic_wg.save_checkpoint(str(folder / str(Role.Critic)), None, step, max_ckpt_to_keep=None)
-        self.dataloader_states[step] = ckpt.serialized_dataloader(t.train_dataloader.state_dict())
-        self.staged_step = step
-        self.step_figures["stage_s"] = time.perf_counter() - start
-        keep = {step} | self.pinned
-        for old in ckpt.persisted_steps(self.snapshots):
-            if old not in keep:
-                shutil.rmtree(self.snapshot_folder(old), ignore_errors=True)
-                self.dataloader_states.pop(old, None)
-
-    def restore(self) -> None:
-        """Every trainer model to its state at ``snapshot_step``: from its newest host snapshot
-        not past that step (a model that was not updated since, such as the actor during
-        ``critic_warmup``, is as it was then), unless verl's staged checkpoint is newer."""
-        t = self.trainer
-        groups = {"actor": t.actor_rollout_wg, **({str(Role.Critic): t.critic_wg} if t.use_critic else {})}
-        for model, wg in groups.items():
-            held = [s for s in self.host_steps.get(model, []) if self.staged_step <= s <= self.snapshot_step]
-            if held:
-                wg.rlweave_restore_host_snapshot(str(self.host_folder(model)), max(held))
-                print(f"rlweave resilience: {model} restored from its host snapshot of step {max(held)}")
-            elif self.staged_step >= 0:
-                wg.load_checkpoint(str(self.snapshot_folder(self.staged_step) / model), None,
-                                   del_local_after_load=False)
-                print(f"rlweave resilience: {model} restored from verl's checkpoint of step {self.staged_step}")
-            # else: never updated up to that step; the rebuilt ranks' initial weights are its state
-
-    # ------------------------------------------------------------------ stage 2
-
-    def _ensure_hosts(self) -> None:
-        if self.hosts:
-            return
-        workers = self.trainer.actor_rollout_wg.workers
-        where = ray.get([w.__ray_call__.remote(lambda self: (ray.get_runtime_context().get_node_id(),
-                                                             int(os.environ.get("RANK", "0"))))
-                         for w in workers])
-        self.node_ranks = {}
-        for node, rank in where:
-            self.node_ranks.setdefault(node, []).append(rank)
-        self.hosts = ckpt.start_hosts(self.node_ranks, ray.get_runtime_context().get_node_id())
-
-    def _ranks(self, node: str) -> list[int] | None:
-        return None if len(self.node_ranks) == 1 else self.node_ranks[node]
-
-    def persist_async(self, step: int) -> None:
-        """Write the snapshot of ``step`` to verl's checkpoint folder in the background."""
-        self._ensure_hosts()
-        t = self.trainer
-        root = Path(t.config.trainer.default_local_dir).absolute()
-        root.mkdir(parents=True, exist_ok=True)
-        source, partial_dir = self.snapshot_folder(step), root / f"global_step_{step}{ckpt.PARTIAL}"
-        shutil.rmtree(partial_dir, ignore_errors=True)
-        self.pinned.add(step)
-        keep = t.config.trainer.get("max_actor_ckpt_to_keep", None)
-        world = t.actor_rollout_wg.world_size
-        data = self.dataloader_states[step]
-        corrupt = any(f.action == "corrupt" and f.step == step for f in self.settings.faults)
-
-        def write() -> None:
-            try:
-                start = time.perf_counter()
-                parts = ckpt.on_each_host(self.hosts, "persist",
-                                          lambda node: (str(source), str(partial_dir), self._ranks(node)))
-                files = {k: v for part in parts for k, v in part.items()}
-                final = ckpt.finish_persist(root, step, files, data, world, keep)
-                self.step_figures["persist_s"] = time.perf_counter() - start
-                if corrupt:
-                    print(f"rlweave chaos: corrupt checkpoint {final}: {ckpt.corrupt(final)}")
-            finally:
-                self.pinned.discard(step)
-
-        self.persists.append(self.persist_pool.submit(write))
-
-    def load_verified(self) -> bool:
-        """verl's resume, from the newest persisted checkpoint that verifies, staged into host
-        memory; False when verl would start from scratch."""
-        t = self.trainer
-        mode = t.config.trainer.resume_mode
-        root = Path(t.config.trainer.default_local_dir).absolute()
-        if mode == "auto":
-            folders = [ckpt.step_folder(root, s) for s in ckpt.newest_first(root)]
-        elif mode == "resume_path":
-            folders = [Path(t.config.trainer.resume_from_path).absolute()]
-        else:
-            return False
-        if not folders:
-            return False
-        manifests = {str(f): ckpt.read_manifest(f) for f in folders}
-        candidates = [CheckpointCandidate(int(f.name.split("global_step_")[-1]), str(f),
-                                          tuple(ckpt.quick_problems(f, manifests[str(f)]))) for f in folders]
-        self._ensure_hosts()
-        while True:
-            chosen = self.hook.rlweave_resume_checkpoint(candidates=candidates)
-            if chosen is None:
-                raise RuntimeError("rlweave resilience: no persisted checkpoint verifies: " + "; ".join(
-                    f"{c.path}: {', '.join(c.problems)}" for c in candidates))
-            staged = self.snapshot_folder(chosen.step)
-            shutil.rmtree(staged, ignore_errors=True)
-            files = (manifests[chosen.path] or {}).get("files")
-            problems = [p for part in ckpt.on_each_host(self.hosts, "stage", lambda node: (
-                chosen.path, str(staged), files, self._ranks(node))) for p in part]
-            if not problems:
-                break
-            candidates = [CheckpointCandidate(c.step, c.path, tuple(problems)) if c.path == chosen.path else c
-                          for c in candidates]
-        for skipped in (c for c in candidates if c.problems and c.step > chosen.step):
-            print(f"rlweave resilience: skipped checkpoint {skipped.path}: {'; '.join(skipped.problems)}; "
-                  f"resuming from step {chosen.step} ({chosen.path}) instead")
-        with open_dict(t.config):
-            original = (t.config.trainer.resume_mode, t.config.trainer.get("resume_from_path"))
-            t.config.trainer.resume_mode, t.config.trainer.resume_from_path = "resume_path", str(staged)
-        try:
-            t._load_checkpoint_from_verl()
-        finally:
-            with open_dict(t.config):
-                t.config.trainer.resume_mode, t.config.trainer.resume_from_path = original
-        self.snapshot_step = self.staged_step = chosen.step
-        self.dataloader_states[chosen.step] = (staged / "data.pt").read_bytes()
-        self.step_figures["skipped_checkpoints"] = float(sum(1 for c in candidates if c.problems))
-        return True
-
     # ------------------------------------------------------------------ trainer recovery
 
     def rebuild(self, incident: WorkerIncident) -> None:
@@ -401,7 +235,7 @@ class Resilience:
         start, phases = time.time(), Phases()
         t = self.trainer
         print(f"rlweave resilience: rebuilding the trainer worker group ({incident.worker} "
-              f"{incident.kind.value}); restoring the snapshot of step {self.snapshot_step}")
+              f"{incident.kind.value}); restoring the snapshot of step {self.store.snapshot_step}")
         self.last_rebuild_s = start
         self.replaced_pids |= self.monitor.pids("trainer:")
         names = [f"trainer:{rank}" for rank in range(t.actor_rollout_wg.world_size)]
@@ -418,8 +252,8 @@ class Resilience:
             replica.workers = t.actor_rollout_wg.workers[size * replica.replica_rank: size * (replica.replica_rank + 1)]
         t.checkpoint_manager.actor_wg = t.actor_rollout_wg
         with phases("restore"):
-            if self.snapshot_step >= 0:
-                self.restore()
+            if self.store.snapshot_step >= 0:
+                self.store.restore()
         self.safe_point(in_generation=True)  # replicas found dead meanwhile are replaced first
         with phases("weights"):
             self.update_weights(max(t.global_steps - 1, 0))
@@ -514,7 +348,7 @@ class Resilience:
         self.safe_point()
         model = SNAPSHOTTED.get(context.stage)
         with self.section(context.stage.value), \
-                (self.snapshot_after(model, context.step, batch) if model else nullcontext()):
+                (self.store.snapshot_after(model, context.step, batch) if model else nullcontext()):
             return run()
 
     def guarded(self, call: Callable[..., Any], section: str, *args: Any, **kwargs: Any) -> Any:
@@ -656,15 +490,15 @@ class _ResilientTrainer:
             try:
                 batch = super()._step_once(metrics, timing_raw, sample_batch_size)
                 if self.global_steps % r.settings.snapshot_every == 0:
-                    r.snapshot_step = self.global_steps  # every update of the step snapshot its model
+                    r.store.snapshot_step = self.global_steps  # every update of the step snapshot its model
                 break
             except Exception as error:
                 incident = r.worker_failure(error)
                 if incident is None:
                     raise
-                if r.snapshot_step < self.global_steps - 1:
+                if r.store.snapshot_step < self.global_steps - 1:
                     raise RuntimeError(f"rlweave resilience: {incident.worker} failed in step {self.global_steps}, "
-                                       f"but the newest snapshot is of step {r.snapshot_step} (snapshot_every="
+                                       f"but the newest snapshot is of step {r.store.snapshot_step} (snapshot_every="
                                        f"{r.settings.snapshot_every}): the steps between cannot be redone") from error
                 r.rebuild(incident)
                 r.replay_next = True
@@ -679,15 +513,15 @@ class _ResilientTrainer:
     def _save_checkpoint(self) -> None:
         r = self._resilience
         with r.section("stage"):
-            r.stage(self.global_steps)
-        r.persist_async(self.global_steps)
+            r.store.stage(self.global_steps)
+        r.store.persist_async(self.global_steps)
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         self.checkpoint_callback.on_save(trainer=self, global_step=self.global_steps, checkpoint_dir=folder,
                                          async_save=True)
 
     def _load_checkpoint(self) -> None:
         self.global_steps = 0
-        if not self._resilience.load_verified():
+        if not self._resilience.store.load_verified():
             super()._load_checkpoint()
 
     def _load_checkpoint_from_verl(self) -> None:
