@@ -11,10 +11,10 @@ import pytest
 from rlweave.adapters.verl_needs import verl_requirements
 from rlweave.config import ConfigError, Setting, build_config
 from rlweave.host import build_plugin_manager
-from rlweave.plugins.stage_fusion.migration import EngineCost, InferenceCost, plan_migration, simulate_stage
+from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost, plan_migration, simulate_stage
 from rlweave.types import FusionStep, RolloutInstance, SampleRecord, StreamSettings
 
-SECOND = EngineCost(base_s=1.0, per_seq_s=0.0, prefill_s_per_token=0.0)  # one token per second
+SECOND = engine_cost(base_s=1.0, per_seq_s=0.0, prefill_s_per_token=0.0)  # one token per second
 
 
 def instances(*shares: bool, slots: int = 8) -> tuple[RolloutInstance, ...]:
@@ -61,7 +61,7 @@ def test_migrating_the_tail_off_the_trainers_devices_frees_them_for_inference() 
     migrated = simulate_stage(lengths, hosts, SECOND, cost, threshold=2, destinations=("i1",))
     assert migrated < without
     # A re-prefill that costs more than the tail leaves only its delay.
-    slow_prefill = EngineCost(1.0, 0.0, prefill_s_per_token=10.0)
+    slow_prefill = engine_cost(1.0, 0.0, prefill_s_per_token=10.0)
     assert simulate_stage(lengths, hosts, slow_prefill, cost, prompt_len=8, threshold=2,
                           destinations=("i1",)) > migrated
 
@@ -114,7 +114,7 @@ def test_the_plan_migrates_only_where_it_frees_devices_and_pays() -> None:
 
 def test_bad_costs_fail_clearly() -> None:
     with pytest.raises(ValueError, match="base_s > 0"):
-        EngineCost(0.0, 0.0, 0.0)
+        engine_cost(0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="shared_slowdown >= 1"):
         InferenceCost(1.0, 0.5)
     with pytest.raises(ConfigError, match="shared_slowdown'; allowed: >= 1"):

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
-from rlweave.plugins.stage_fusion.migration import EngineCost, InferenceCost, plan_migration, roles
+from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost, plan_migration, roles
 from rlweave.types import FusionStep, MigrationPlan, Need, PluginNeed, SampleRecord, StreamSettings
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class _State:
     def __init__(self) -> None:
         self.migration = True
         self.threshold = 0
-        self.engine = EngineCost(2e-3, 1e-4, 2e-5)
+        self.engine = engine_cost(2e-3, 1e-4, 2e-5)
         self.inference_s = 0.0  # 0: the trainer's measurement of the previous step
         self.shared_slowdown = 2.0
         self.inference_waits: bool | None = None  # None: where the cost model predicts it pays
@@ -49,7 +49,7 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     c = config.stage_fusion
     state = _State()
     state.migration, state.threshold = c.migration, c.migrate_threshold
-    state.engine = EngineCost(c.decode_base_ms / 1e3, c.decode_per_seq_ms / 1e3, c.prefill_us_per_token / 1e6)
+    state.engine = engine_cost(c.decode_base_ms / 1e3, c.decode_per_seq_ms / 1e3, c.prefill_us_per_token / 1e6)
     state.inference_s, state.shared_slowdown = c.inference_ms_per_sample / 1e3, c.shared_slowdown
     state.inference_waits = {"auto": None, "always": True, "never": False}[c.inference_waits]
 

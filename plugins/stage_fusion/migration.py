@@ -11,8 +11,9 @@ small batch costs about what decoding a smaller one does, so the tail barely slo
 The decision (RLHFuse's threshold ``R_t`` and the number of destination instances) is chosen
 here by simulating one step on a cost model fitted to measured profiles, not set as a constant:
 
-- :class:`EngineCost`: seconds per decode iteration ``base_s + per_seq_s * b`` with ``b``
-  sequences running, re-prefill seconds per token, batch slots;
+- :func:`engine_cost`: the shared :class:`rlweave.sim.EngineModel`, seconds per decode
+  iteration ``base_s + per_seq_s * b`` with ``b`` sequences running and re-prefill seconds per
+  token (each instance's slots are its own);
 - :class:`InferenceCost`: inference seconds per sample on a device no engine decodes on, the
   slowdown of both the inference and the engine while they share a device, and how many
   samples the trainer infers at a time (its dynamic batch: a batch waits for its last sample,
@@ -20,8 +21,9 @@ here by simulating one step on a cost model fitted to measured profiles, not set
 - the step's output lengths: the previous step's, as the plugin saw them finish (RL steps draw
   from one dataset; the first step, with none seen, does not migrate).
 
-:func:`simulate_stage` plays one step event by event: each instance runs continuous batching
-over the samples verl's balancer gives it (least in flight first, so in turn), the trainer
+:func:`simulate_stage` plays one step iteration by iteration on the shared simulator
+(:class:`rlweave.sim.stepped.SteppedSimulator`, the step its listener): each instance runs continuous
+batching over the samples verl's balancer gives it (least in flight first, so in turn), the trainer
 infers finished samples first come first served, a dynamic batch at a time, and an instance that shares the trainer's
 devices and the trainer slow each other down while both run. At the threshold, the unfinished
 samples of the source instances join the destinations after their re-prefill. The stage ends
@@ -35,35 +37,28 @@ migrating does not pay.
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from rlweave.sim import EngineModel, Request
+from rlweave.sim.stepped import SteppedSimulator
 from rlweave.types import FusionStep, MigrationPlan, RolloutInstance
 
 ORDERS = 8  # dispatch orders the prediction averages over (the balancer's placement is not known ahead)
 MIN_GAIN = 0.01  # a plan must predict a stage at least this much shorter than not migrating
 
 
-@dataclass(frozen=True)
-class EngineCost:
-    """One engine instance: a decode iteration with ``b`` sequences running takes ``base_s +
-    per_seq_s * b`` seconds; re-prefilling a migrated sample costs ``prefill_s_per_token`` per
-    token of its context (prompt and generated tokens)."""
-
-    base_s: float
-    per_seq_s: float
-    prefill_s_per_token: float
-
-    def __post_init__(self) -> None:
-        if self.base_s <= 0 or self.per_seq_s < 0 or self.prefill_s_per_token < 0:
-            raise ValueError(f"bad EngineCost {self}: base_s > 0, per_seq_s >= 0, prefill_s_per_token >= 0")
-
-    def iteration_s(self, running: int) -> float:
-        return self.base_s + self.per_seq_s * running
+def engine_cost(base_s: float, per_seq_s: float, prefill_s_per_token: float) -> EngineModel:
+    """One engine instance on the shared model: a decode iteration with ``b`` sequences running
+    takes ``base_s + per_seq_s * b`` seconds; re-prefilling a migrated sample costs
+    ``prefill_s_per_token`` per token of its context (prompt and generated tokens). Its slots
+    are each instance's own (:class:`RolloutInstance`)."""
+    if base_s <= 0 or per_seq_s < 0 or prefill_s_per_token < 0:
+        raise ValueError(f"bad engine cost (base_s {base_s}, per_seq_s {per_seq_s}, prefill_s_per_token "
+                         f"{prefill_s_per_token}): base_s > 0, per_seq_s >= 0, prefill_s_per_token >= 0")
+    return EngineModel(base_s=base_s, per_seq_s=per_seq_s, prefill_s_per_token=prefill_s_per_token)
 
 
 @dataclass(frozen=True)
@@ -81,16 +76,7 @@ class InferenceCost:
             raise ValueError(f"bad InferenceCost {self}: per_sample_s > 0, shared_slowdown >= 1 and batch >= 1")
 
 
-@dataclass
-class _Instance:
-    slots: int
-    shares: bool  # runs on the trainer's devices
-    active: bool = True  # False once its samples migrated away
-    running: dict[int, int] = field(default_factory=dict)  # sample -> tokens left
-    waiting: deque[int] = field(default_factory=deque)
-
-
-def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance], engine: EngineCost,
+def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance], engine: EngineModel,
                    inference: InferenceCost, prompt_len: int = 0, threshold: int = 0,
                    destinations: Sequence[str] = (), inference_waits: bool = False) -> float:
     """Seconds from the step's start until the last sample's inference is done (see the
@@ -100,87 +86,49 @@ def simulate_stage(lengths: Sequence[int], instances: Sequence[RolloutInstance],
     if not len(instances) or not len(lengths):
         raise ValueError("simulate_stage needs at least one instance and one sample")
     ids = [i.instance_id for i in instances]
-    engines = [_Instance(max(1, i.slots), i.shares_inference_devices) for i in instances]
-    left = np.asarray(lengths, dtype=int).copy()
-    for s in range(len(left)):
-        engines[s % len(engines)].waiting.append(s)
-    for e in engines:
-        _start_waiting(e, left)
-    dest = {ids.index(d) for d in destinations}
-    events = [(engine.iteration_s(len(e.running)), k) for k, e in enumerate(engines) if e.running]
-    heapq.heapify(events)
-    unfinished, migrated = len(left), threshold <= 0
-    inferer = _Inference(inference, holding=inference_waits and not migrated)
-    while events:
-        now, k = heapq.heappop(events)
-        inferer.advance(now, engines)
-        e = engines[k]
-        for s in list(e.running):
-            e.running[s] -= 1
-            if e.running[s] == 0:
-                del e.running[s]
-                unfinished -= 1
-                inferer.arrive(last=unfinished == 0)
-        _start_waiting(e, left)
-        delay = 0.0
-        if not migrated and unfinished <= threshold:
-            migrated = True
-            events, delay = _migrate(engines, dest, left, lengths, prompt_len, engine, now, k, events)
-            inferer.release()
-        if e.active and e.running:
-            wall = _wall_s(e, engine.iteration_s(len(e.running)), inferer, inference)
-            heapq.heappush(events, (now + delay + wall, k))
-    return inferer.finish()
+    dest = sorted(ids.index(d) for d in destinations)
+    step = _Step(inference, [i.shares_inference_devices for i in instances], len(lengths), threshold,
+                 dest, [k for k in range(len(ids)) if k not in dest], inference_waits)
+    sim = SteppedSimulator([engine] * len(instances), step, slots=[max(1, i.slots) for i in instances],
+                           prompts_prefilled=True)
+    sim.submit([Request(s, 0.0, int(n), prompt_len) for s, n in enumerate(lengths)])
+    sim.run()
+    return step.inferer.finish()
 
 
-def _start_waiting(e: _Instance, left: np.ndarray) -> None:
-    while e.waiting and len(e.running) < e.slots:
-        s = e.waiting.popleft()
-        e.running[s] = int(left[s])
+class _Step:
+    """The step as the simulator's listener: finished samples feed the trainer's inference
+    queue, which slows the engines on its devices; at the threshold, the samples of every
+    engine but the destinations move onto them."""
 
+    def __init__(self, inference: InferenceCost, shares: list[bool], samples: int, threshold: int,
+                 destinations: list[int], sources: list[int], waits: bool) -> None:
+        self.cost, self.shares = inference, shares
+        self.sharing = [k for k, s in enumerate(shares) if s]
+        self.unfinished, self.threshold = samples, threshold
+        self.destinations, self.sources = destinations, sources
+        self.migrated = threshold <= 0
+        self.inferer = _Inference(inference, holding=waits and not self.migrated)
 
-def _wall_s(e: _Instance, iteration_s: float, inferer: _Inference, cost: InferenceCost) -> float:
-    """Wall seconds of an iteration that needs ``iteration_s`` alone: on the trainer's devices,
-    it and the queued inference each run ``shared_slowdown`` times slower while both have work."""
-    if not e.shares:
-        return iteration_s
-    return iteration_s + (cost.shared_slowdown - 1) * min(inferer.queued, iteration_s)
+    def iteration_ended(self, sim: SteppedSimulator, engine: int, now: float) -> None:
+        self.inferer.advance(now, any(sim.running(k) for k in self.sharing))
 
+    def finished(self, sim: SteppedSimulator, request: int, now: float) -> None:
+        self.unfinished -= 1
+        self.inferer.arrive(last=self.unfinished == 0)
 
-def _migrate(engines: list[_Instance], dest: set[int], left: np.ndarray, lengths: Sequence[int], prompt_len: int,
-             engine: EngineCost, now: float, current: int,
-             events: list[tuple[float, int]]) -> tuple[list[tuple[float, int]], float]:
-    """Move every unfinished sample of the non-destination instances to the destinations (in
-    turn); each destination pays the re-prefill of what it receives before its next iteration.
-    Returns the events, and that delay for instance ``current`` (whose next iteration the
-    caller schedules)."""
-    moved: list[int] = []
-    for k, e in enumerate(engines):
-        if k in dest or not e.active:
-            continue
-        for s, tokens in e.running.items():
-            left[s] = tokens
-            moved.append(s)
-        moved += list(e.waiting)
-        e.running.clear()
-        e.waiting.clear()
-        e.active = False
-    targets = sorted(dest)
-    prefill = {k: 0.0 for k in targets}
-    for i, s in enumerate(moved):
-        k = targets[i % len(targets)]
-        engines[k].waiting.append(s)
-        prefill[k] += engine.prefill_s_per_token * (prompt_len + int(lengths[s]) - int(left[s]))
-    events = [(t, k) for t, k in events if engines[k].active]
-    scheduled = {k for _, k in events}
-    for k in targets:
-        _start_waiting(engines[k], left)
-        if k in scheduled:  # the destination's next iteration waits for the re-prefill
-            events = [(t + prefill[k], j) if j == k else (t, j) for t, j in events]
-        elif k != current and engines[k].running:
-            events.append((now + prefill[k] + engine.iteration_s(len(engines[k].running)), k))
-    heapq.heapify(events)
-    return events, prefill.get(current, 0.0)
+    def boundary(self, sim: SteppedSimulator, engine: int, now: float) -> None:
+        if not self.migrated and self.unfinished <= self.threshold:
+            self.migrated = True
+            sim.move(self.sources, self.destinations, now)
+            self.inferer.release()
+
+    def wall_s(self, sim: SteppedSimulator, engine: int, iteration_s: float) -> float:
+        """On the trainer's devices, the iteration and the queued inference each run
+        ``shared_slowdown`` times slower while both have work."""
+        if not self.shares[engine]:
+            return iteration_s
+        return iteration_s + (self.cost.shared_slowdown - 1) * min(self.inferer.queued, iteration_s)
 
 
 class _Inference:
@@ -196,11 +144,13 @@ class _Inference:
         self.holding = holding  # until the migration: finished samples wait for the freed devices
         self.shared_busy = False
 
-    def advance(self, now: float, engines: list[_Instance]) -> None:
+    def advance(self, now: float, shared_busy: bool) -> None:
+        """Work done since the last event, at the speed the devices' sharing then allowed;
+        ``shared_busy``: whether an engine on the trainer's devices decodes from ``now``."""
         rate = 1.0 / self.cost.shared_slowdown if self.shared_busy else 1.0
         self.queued = max(0.0, self.queued - (now - self.now) * rate)
         self.now = now
-        self.shared_busy = any(e.shares and e.active and e.running for e in engines)
+        self.shared_busy = shared_busy
 
     def arrive(self, last: bool = False) -> None:
         self.gathering += 1
@@ -228,7 +178,7 @@ def roles(instances: Sequence[RolloutInstance]) -> tuple[tuple[str, ...], list[s
             [i.instance_id for i in instances if not i.shares_inference_devices])
 
 
-def plan_migration(step: FusionStep, lengths: Sequence[int], engine: EngineCost, inference: InferenceCost,
+def plan_migration(step: FusionStep, lengths: Sequence[int], engine: EngineModel, inference: InferenceCost,
                    threshold: int = 0, seed: int = 0, inference_waits: bool | None = None) -> MigrationPlan | None:
     """The fastest predicted migration for ``step`` (``lengths``: its expected output lengths),
     or ``None`` where none predicts a stage at least ``MIN_GAIN`` shorter than not migrating.
