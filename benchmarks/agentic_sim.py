@@ -57,6 +57,15 @@ class SimResult:
     tail_switch_s: float | None = None  # when the tail moved to merged instances
 
 
+@dataclass(frozen=True)
+class _Policy:
+    placement: str
+    queue: str
+    orchestrator: TrajectoryOrchestrator | None
+    seed: int
+    tail: TailParallelism | None
+
+
 def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostModel, *,
              placement: str = "sticky", queue: str = "fcfs",
              orchestrator: TrajectoryOrchestrator | None = None, seed: int = 0,
@@ -72,53 +81,89 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         raise ValueError("heddle placement and priority queues need an orchestrator")
     if tail is not None and placement != "heddle":
         raise ValueError("tail parallelism is a decision of heddle placement")
-    rng = random.Random(seed)
-    insts = [_Instance(f"i{k}", cost) for k in range(instances)]
-    live = list(insts)  # instances placement may use (merging retires some)
-    switched_at: float | None = None
-    by_id = {i.iid: i for i in insts}
-    sticky: dict[str, str] = {}
-    inflight = {i.iid: 0 for i in insts}
-    state = {t.id: {"turns": 0, "tokens": 0, "inst": None} for t in trajectories}
-    queueing = {t.id: 0.0 for t in trajectories}
-    cached: dict[tuple[str, str], int] = {}  # (instance, trajectory) -> context tokens cached
-    finish: dict[str, float] = {}
-    events: list[tuple[float, int, str, object]] = []
-    seq = itertools.count()
+    return _Rollout(trajectories, instances, cost, _Policy(placement, queue, orchestrator, seed, tail)).run()
 
-    def info(t: Trajectory) -> TrajectoryInfo:
-        s = state[t.id]
+
+class _Rollout:
+    """One simulated rollout: the event loop and the state the policies read."""
+
+    def __init__(self, trajectories: list[Trajectory], instances: int, cost: EngineCostModel,
+                 policy: _Policy) -> None:
+        self.trajectories, self.cost, self.policy = trajectories, cost, policy
+        self.orchestrator = policy.orchestrator
+        self.rng = random.Random(policy.seed)
+        self.insts = [_Instance(f"i{k}", cost) for k in range(instances)]
+        self.live = list(self.insts)  # instances placement may use (merging retires some)
+        self.switched_at: float | None = None
+        self.by_id = {i.iid: i for i in self.insts}
+        self.sticky: dict[str, str] = {}
+        self.inflight = {i.iid: 0 for i in self.insts}
+        self.state = {t.id: {"turns": 0, "tokens": 0, "inst": None} for t in trajectories}
+        self.queueing = {t.id: 0.0 for t in trajectories}
+        self.cached: dict[tuple[str, str], int] = {}  # (instance, trajectory) -> context tokens cached
+        self.finish: dict[str, float] = {}
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = itertools.count()
+
+    def run(self) -> SimResult:
+        for t in self.trajectories:
+            if self.orchestrator is not None:
+                self.orchestrator.started(self.info(t))
+            heapq.heappush(self.events, (0.0, next(self.seq), "submit", t))
+        while self.events:
+            now, _, kind, payload = heapq.heappop(self.events)
+            if kind == "submit":
+                self.submit(payload, now)
+            else:
+                self.iteration_boundary(payload, now)
+        return SimResult(max(self.finish.values()), self.queueing, self.finish,
+                         self.orchestrator.migrations if self.orchestrator is not None else 0, self.switched_at)
+
+    def info(self, t: Trajectory) -> TrajectoryInfo:
+        s = self.state[t.id]
         turn = min(s["turns"], len(t.turn_tokens) - 1)
         return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], s["inst"], t.task,
                               t.prompt_len, t.context_before(turn))
 
-    def advance(inst: _Instance, now: float) -> None:
+    def advance(self, inst: _Instance, now: float) -> None:
+        """Decode the running turns' tokens up to ``now`` (fractions of a token count)."""
         if inst.running and now > inst.progress_from:
             done = (now - inst.progress_from) / inst.cost.iteration_s(len(inst.running))
             for rid, (turn, left) in inst.running.items():
                 inst.running[rid] = (turn, left - done)
         inst.progress_from = max(inst.progress_from, now)
 
-    def reschedule(inst: _Instance, now: float) -> None:
-        prefill = 0
-        while inst.waiting and len(inst.running) < inst.cost.slots:
-            _, rid, turn = heapq.heappop(inst.waiting)
-            queueing[turn.traj.id] += now - turn.submit_s
-            left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
-            inst.running[rid] = (turn, float(left))
-            # vLLM's prefix cache holds the trajectory's context where its last turn ran.
-            context = turn.traj.context_before(turn.index)
-            prefill += max(context - cached.get((inst.iid, turn.traj.id), 0), 0)
-        if queue == "preemptive":
-            prefill += preempt_for_waiting(inst, now)
+    def reschedule(self, inst: _Instance, now: float) -> None:
+        """Admit waiting turns (their prefill stalls the batch), then schedule the next finish."""
+        prefill = self.admit(inst, now)
+        if self.policy.queue == "preemptive":
+            prefill += self.preempt_for_waiting(inst, now)
         inst.progress_from += prefill * inst.cost.prefill_s_per_token
         inst.version += 1
         if inst.running:
             left = min(left for _, left in inst.running.values())
             at = inst.progress_from + max(left, 0.0) * inst.cost.iteration_s(len(inst.running))
-            heapq.heappush(events, (at, next(seq), "instance", (inst.iid, inst.version)))
+            heapq.heappush(self.events, (at, next(self.seq), "instance", (inst.iid, inst.version)))
 
-    def preempt_for_waiting(inst: _Instance, now: float) -> int:
+    def admit(self, inst: _Instance, now: float) -> int:
+        """Fill free slots from the waiting queue; returns the tokens to prefill. vLLM's prefix
+        cache holds the trajectory's context where its last turn ran."""
+        prefill = 0
+        while inst.waiting and len(inst.running) < inst.cost.slots:
+            _, rid, turn = heapq.heappop(inst.waiting)
+            self.start_turn(inst, rid, turn, now)
+            context = turn.traj.context_before(turn.index)
+            prefill += max(context - self.cached.get((inst.iid, turn.traj.id), 0), 0)
+        return prefill
+
+    def start_turn(self, inst: _Instance, rid: int, turn: _Turn, now: float) -> float:
+        """``turn`` leaves the queue and runs; returns its tokens left."""
+        self.queueing[turn.traj.id] += now - turn.submit_s
+        left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
+        inst.running[rid] = (turn, float(left))
+        return left
+
+    def preempt_for_waiting(self, inst: _Instance, now: float) -> int:
         """Swap the worst-ranked running turns for better-ranked waiting ones (recompute: the
         resumed turn re-prefills its context and what it had generated); returns the tokens to
         prefill."""
@@ -131,110 +176,109 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
             worst.left, worst.submit_s = left, now
             heapq.heappush(inst.waiting, (worst.key, rid, worst))
             _, nrid, turn = heapq.heappop(inst.waiting)
-            queueing[turn.traj.id] += now - turn.submit_s
-            left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
-            inst.running[nrid] = (turn, float(left))
+            left = self.start_turn(inst, nrid, turn, now)
             done = turn.traj.turn_tokens[turn.index] - left
             prefill += turn.traj.context_before(turn.index) + int(done)
         return prefill
 
-    def submit(t: Trajectory, now: float) -> None:
-        s = state[t.id]
-        # As rlweave's agent loop: report the turn and take its priority, then acquire.
-        if orchestrator is not None:
-            orchestrator.turn_started(info(t), now)
-        key: tuple = (orchestrator.priority(info(t)), now) if queue != "fcfs" else (now,)
-        if placement == "sticky":
-            iid = sticky.get(t.id)
-            if iid is None:
-                low = min(inflight.values())
-                iid = sticky[t.id] = rng.choice([k for k, v in inflight.items() if v == low])
-        else:
-            loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in live]
-            iid = orchestrator.choose_instance(info(t), loads, now)
-        s["inst"] = iid
-        inflight[iid] += 1
-        inst = by_id[iid]
-        advance(inst, now)
-        turn = _Turn(t, s["turns"], now, key)
-        heapq.heappush(inst.waiting, (key, next(seq), turn))
-        reschedule(inst, now)
+    def submit(self, t: Trajectory, now: float) -> None:
+        """As rlweave's agent loop: report the turn and take its priority, then acquire."""
+        s = self.state[t.id]
+        if self.orchestrator is not None:
+            self.orchestrator.turn_started(self.info(t), now)
+        key: tuple = (self.orchestrator.priority(self.info(t)), now) if self.policy.queue != "fcfs" else (now,)
+        iid = s["inst"] = self.place(t, now)
+        self.inflight[iid] += 1
+        inst = self.by_id[iid]
+        self.advance(inst, now)
+        heapq.heappush(inst.waiting, (key, next(self.seq), _Turn(t, s["turns"], now, key)))
+        self.reschedule(inst, now)
 
-    def switch_tail(now: float) -> None:
+    def place(self, t: Trajectory, now: float) -> str:
+        """verl's sticky least-in-flight instance, or the orchestrator's choice."""
+        if self.policy.placement == "sticky":
+            iid = self.sticky.get(t.id)
+            if iid is None:
+                low = min(self.inflight.values())
+                iid = self.sticky[t.id] = self.rng.choice([k for k, v in self.inflight.items() if v == low])
+            return iid
+        loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in self.live]
+        return self.orchestrator.choose_instance(self.info(t), loads, now)
+
+    def iteration_boundary(self, payload: tuple[str, int], now: float) -> None:
+        """An instance's first running turn ends: retire what finished, refill, maybe switch."""
+        iid, version = payload
+        inst = self.by_id[iid]
+        if version != inst.version:
+            return
+        self.advance(inst, now)
+        for rid, (turn, left) in list(inst.running.items()):
+            if left <= 1e-9:
+                del inst.running[rid]
+                self.turn_ended(iid, turn, now)
+        self.reschedule(inst, now)
+        self.maybe_switch_tail(now)
+
+    def turn_ended(self, iid: str, turn: _Turn, now: float) -> None:
+        """Its context stays cached there; the trajectory finishes or calls its tool."""
+        self.inflight[iid] -= 1
+        t, s = turn.traj, self.state[turn.traj.id]
+        self.cached[(iid, t.id)] = t.context_before(turn.index) + t.turn_tokens[turn.index]
+        s["turns"] += 1
+        s["tokens"] += t.turn_tokens[turn.index]
+        if self.orchestrator is not None:
+            self.orchestrator.turn_ended(self.info(t), now)
+        if s["turns"] == len(t.turn_tokens):
+            self.finish[t.id] = now
+            if self.orchestrator is not None:
+                self.orchestrator.finished(self.info(t))
+        else:
+            heapq.heappush(self.events, (now + t.tool_s[turn.index], next(self.seq), "submit", t))
+
+    def maybe_switch_tail(self, now: float) -> None:
+        tail = self.policy.tail
+        if tail is None or self.switched_at is not None or \
+                len(self.trajectories) - len(self.finish) > len(self.live) // tail.merge * self.cost.slots:
+            return
+        active = [self.info(t) for t in self.trajectories if t.id not in self.finish]
+        loads = [self.orchestrator.load(i) for i in active]
+        if tail.should_switch(loads, len(self.live), self.cost):
+            self.switch_tail(now)
+
+    def switch_tail(self, now: float) -> None:
         """Merge each group of ``tail.merge`` instances into its first; moved turns keep their
         progress and re-prefill; the merged instance starts after the switch."""
-        nonlocal live, switched_at
-        switched_at = now
-        merged_cost = tail.merged_cost(cost)
+        tail = self.policy.tail
+        self.switched_at = now
+        merged_cost = tail.merged_cost(self.cost)
+        live = self.live
         groups = [live[k:k + tail.merge] for k in range(0, len(live) - len(live) % tail.merge, tail.merge)]
         for head, *rest in groups:
-            advance(head, now)
+            self.advance(head, now)
             for other in rest:
-                advance(other, now)
-                for rid, (turn, left) in other.running.items():
-                    turn.left = left
-                    heapq.heappush(head.waiting, (turn.key, rid, turn))
-                for entry in other.waiting:
-                    heapq.heappush(head.waiting, entry)
-                other.running, other.waiting = {}, []
-                other.version += 1
-                for s in state.values():
-                    if s["inst"] == other.iid:
-                        s["inst"] = head.iid
+                self.merge_into(head, other, now)
             head.cost = merged_cost
             for rid, (turn, left) in head.running.items():  # running turns pause for the switch
                 turn.left = left
                 heapq.heappush(head.waiting, (turn.key, rid, turn))
             head.running = {}
             head.progress_from = now + tail.switch_s
-            reschedule(head, now + tail.switch_s)
-        live = [g[0] for g in groups]
+            self.reschedule(head, now + tail.switch_s)
+        self.live = [g[0] for g in groups]
 
-    def maybe_switch_tail(now: float) -> None:
-        if tail is None or switched_at is not None or \
-                len(trajectories) - len(finish) > len(live) // tail.merge * cost.slots:
-            return
-        active = [info(t) for t in trajectories if t.id not in finish]
-        loads = [orchestrator.load(i) for i in active]
-        if tail.should_switch(loads, len(live), cost):
-            switch_tail(now)
-
-    for t in trajectories:
-        if orchestrator is not None:
-            orchestrator.started(info(t))
-        heapq.heappush(events, (0.0, next(seq), "submit", t))
-    now = 0.0
-    while events:
-        now, _, kind, payload = heapq.heappop(events)
-        if kind == "submit":
-            submit(payload, now)
-            continue
-        iid, version = payload
-        inst = by_id[iid]
-        if version != inst.version:
-            continue
-        advance(inst, now)
-        for rid, (turn, left) in list(inst.running.items()):
-            if left > 1e-9:
-                continue
-            del inst.running[rid]
-            inflight[iid] -= 1
-            t, s = turn.traj, state[turn.traj.id]
-            cached[(iid, t.id)] = t.context_before(turn.index) + t.turn_tokens[turn.index]
-            s["turns"] += 1
-            s["tokens"] += t.turn_tokens[turn.index]
-            if orchestrator is not None:
-                orchestrator.turn_ended(info(t), now)
-            if s["turns"] == len(t.turn_tokens):
-                finish[t.id] = now
-                if orchestrator is not None:
-                    orchestrator.finished(info(t))
-            else:
-                heapq.heappush(events, (now + t.tool_s[turn.index], next(seq), "submit", t))
-        reschedule(inst, now)
-        maybe_switch_tail(now)
-    return SimResult(max(finish.values()), queueing, finish,
-                     orchestrator.migrations if orchestrator is not None else 0, switched_at)
+    def merge_into(self, head: _Instance, other: _Instance, now: float) -> None:
+        """``other``'s turns, running (with their progress) and waiting, queue on ``head``."""
+        self.advance(other, now)
+        for rid, (turn, left) in other.running.items():
+            turn.left = left
+            heapq.heappush(head.waiting, (turn.key, rid, turn))
+        for entry in other.waiting:
+            heapq.heappush(head.waiting, entry)
+        other.running, other.waiting = {}, []
+        other.version += 1
+        for s in self.state.values():
+            if s["inst"] == other.iid:
+                s["inst"] = head.iid
 
 
 def serial_time(t: Trajectory, cost: EngineCostModel) -> float:
