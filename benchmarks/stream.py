@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -382,113 +383,152 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
     is the verl sync run's for the colocated runs and, for the disaggregated ones, that of the
     disaggregated on-policy run with the same old log-probs (its trainer alone on one core),
     with that run's weight push and latencies."""
-    from rlweave.plugins.stream_generation.options import StreamGenerationConfig
-    from rlweave.plugins.stream_generation.planner import (
-        ASYNC_DEFAULT_STEPS,
-        HardwarePool,
-        PlanMode,
-        TrainingProfile,
-        Workload,
-        plan,
-        predict,
-        simulate_generation,
-    )
-    from rlweave.plugins.stream_generation.ranker import tail_first_order
+    from rlweave.plugins.stream_generation.planner import PlanMode, plan, simulate_generation
 
-    generation = engine_profile(sync_spans, setup.slots)
-    rng = np.random.default_rng(seed)
-    table = np.asarray(lengths, dtype=float)  # [prompts, group]
-    draws = [table[rng.choice(len(table), setup.prompts, replace=False)] for _ in range(32)]
+    check = _PlannerCheck.of(sync_spans, runs, lengths, setup, seed)
+    pool, train_s, weight_sync_s = check.pool_of(runs["verl sync"])
+    cases, profiles = _planner_cases(check, runs, (pool, weight_sync_s, check.latencies))
+    predicted, predicted_idle = _predicted_steps(check, cases)
+    gen_alone = statistics.mean(float(simulate_generation(check.batch(d, PlanMode.ASYNC, 0.0).lengths,
+                                                          [check.generation])[0].max()) for d in check.draws)
+    chosen = plan([pool], check.batch(check.draws[0], PlanMode.ASYNC, weight_sync_s), PlanMode.ASYNC)
+    bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
+    if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
+        bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, check.pool_of(runs[SYNC_ROLLOUT_LP])[1])
+    generation = check.generation
+    return {"predicted_step_s": predicted, "predicted_idle": predicted_idle,
+            "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
+            **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
+            "dispatch_s": check.latencies[0], "delivery_s": check.latencies[1],
+            "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
+            "plan": chosen.describe(), "balanced_plans_simulated": _balanced_plans(check, profiles),
+            "profile": plan_profile(profiles, check.table)}
 
-    def pool_of(run: dict[str, Any], streamed_updates: bool = False) -> tuple[HardwarePool, float, float]:
+
+@dataclass
+class _PlannerCheck:
+    """What every prediction of :func:`planner_check` shares: the engine profile, the
+    workload's prompts (``table``: [prompts, group] lengths) and its random draws, verl's
+    latencies around generation (as its loop has them with rlweave's poll)."""
+
+    setup: Setup
+    generation: Any  # the planner's GenerationProfile
+    table: np.ndarray
+    draws: list[np.ndarray]
+    rng: np.random.Generator  # after the draws: the balanced plans draw from it
+    latencies: tuple[float, float]
+
+    @classmethod
+    def of(cls, sync_spans: list[dict], runs: dict[str, dict], lengths: list[list[int]], setup: Setup,
+           seed: int) -> _PlannerCheck:
+        rng = np.random.default_rng(seed)
+        table = np.asarray(lengths, dtype=float)
+        draws = [table[rng.choice(len(table), setup.prompts, replace=False)] for _ in range(32)]
+        latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
+        return cls(setup, engine_profile(sync_spans, setup.slots), table, draws, rng,
+                   (latencies["dispatch_s"], latencies["delivery_s"]))
+
+    def pool_of(self, run: dict[str, Any], streamed_updates: bool = False) -> tuple[Any, float, float]:
         """The pool with ``run``'s training profile, its training seconds and weight sync.
         ``streamed_updates``: the optimizer steps run as mini-batches are prepared, so none
         waits for the step's end (the last mini-batch's is the rest of its preparation)."""
+        from rlweave.plugins.stream_generation.planner import HardwarePool, TrainingProfile
+
         # Everything the trainer does in a step but wait for generation and push weights: its
         # stages and verl's bookkeeping around them.
         train_s = max(run["step_s"] - run["stage_s"]["gen"] - run["stage_s"]["update_weights"],
                       sum(run["stage_s"][st] for st in TRAIN_STAGES))
         deferred = 0.0 if streamed_updates else sum(run["stage_s"][st] for st in DEFERRED_STAGES) / train_s
-        training = TrainingProfile(seconds_per_sample=train_s / setup.samples, deferred_share=deferred)
+        training = TrainingProfile(seconds_per_sample=train_s / self.setup.samples, deferred_share=deferred)
         # Every process shares the two cores: the trainer's and the host side's CPU per sample
         # (the engine's busy time the planner simulates) bound a step from below.
-        cpu_s = ((run["cpu"]["cpu_s_per_step"]["trainer"] + run["cpu"]["cpu_s_per_step"]["host"]) / setup.samples
+        cpu_s = ((run["cpu"]["cpu_s_per_step"]["trainer"] + run["cpu"]["cpu_s_per_step"]["host"]) / self.setup.samples
                  if run.get("cpu") else 0.0)
-        return (HardwarePool("cpu", devices=2, generation=generation, training=training, cpu_s_per_sample=cpu_s),
+        return (HardwarePool("cpu", devices=2, generation=self.generation, training=training, cpu_s_per_sample=cpu_s),
                 train_s, run["stage_s"]["update_weights"])
 
-    # The framework's latencies around generation, as verl's loop has them with rlweave's poll.
-    latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
-    verl_latencies = (latencies["dispatch_s"], latencies["delivery_s"])
-
-    def disaggregated_latencies(run: dict[str, Any]) -> tuple[float, float]:
-        """A standalone pool's: its next prompts wait at the replicas while the weights load
-        (the overlapped push), so generation starts when the load ends."""
-        return (run["rollout_push_s"] or run["dispatch_s"]), run["delivery_s"]
-
-    def batch(prompt_lengths: np.ndarray, mode: PlanMode, weight_sync_s: float,
-              latency: tuple[float, float] = verl_latencies, following: list[np.ndarray] = ()) -> Workload:
+    def batch(self, prompt_lengths: np.ndarray, mode: Any, weight_sync_s: float,
+              latency: tuple[float, float] | None = None, following: Sequence[np.ndarray] = ()) -> Any:
         """A step's groups (and, async, the next steps') in the order they are dispatched: verl's
         own for its loop, and rlweave's skewness-aware order (:func:`tail_first_order`) by the
         true lengths (the ranker knows a prompt's length once it has seen the prompt) for its
-        modes."""
+        modes. ``latency``: verl's where not given."""
+        from rlweave.plugins.stream_generation.options import StreamGenerationConfig
+        from rlweave.plugins.stream_generation.planner import PlanMode, Workload
+        from rlweave.plugins.stream_generation.ranker import tail_first_order
+
         def groups(lengths: np.ndarray) -> np.ndarray:
             if mode is not PlanMode.COLOCATED:  # the ranker learns a group's mean log length
                 fraction = StreamGenerationConfig.long_tail_fraction if mode is PlanMode.ON_POLICY else 1.0
                 lengths = lengths[tail_first_order(np.log1p(lengths).mean(axis=1), fraction)]
             return lengths
 
-        return Workload(groups(prompt_lengths), setup.minibatch, weight_sync_s, *latency,
+        return Workload(groups(prompt_lengths), self.setup.minibatch, weight_sync_s, *(latency or self.latencies),
                         following=tuple(map(groups, following)))
 
-    def next_draws(i: int) -> list[np.ndarray]:
+    def next_draws(self, i: int) -> list[np.ndarray]:
         """The draws after draw ``i``: the batches an async run generates while it trains."""
-        return [draws[(i + j) % len(draws)] for j in range(1, ASYNC_DEFAULT_STEPS)]
+        from rlweave.plugins.stream_generation.planner import ASYNC_DEFAULT_STEPS
 
-    pool, train_s, weight_sync_s = pool_of(runs["verl sync"])
-    cases = [(pool, weight_sync_s, verl_latencies, label, mode) for label, mode in (
+        return [self.draws[(i + j) % len(self.draws)] for j in range(1, ASYNC_DEFAULT_STEPS)]
+
+
+def _planner_cases(check: _PlannerCheck, runs: dict[str, dict], verl: tuple[Any, float, tuple[float, float]]
+                   ) -> tuple[list[tuple], dict[str, tuple]]:
+    """The runs to predict, each (pool, weight push, latencies, label, mode), and the
+    disaggregated on-policy profiles (label -> pool, weight push, latencies). A standalone
+    pool's next prompts wait at the replicas while the weights load (the overlapped push), so
+    its generation starts when the load ends."""
+    from rlweave.plugins.stream_generation.planner import PlanMode
+
+    cases = [(*verl, label, mode) for label, mode in (
         ("verl sync, 50 ms poll", PlanMode.COLOCATED), ("rlweave on-policy", PlanMode.ON_POLICY),
         ("rlweave async k=1", PlanMode.ASYNC))]
-    profiles = {}  # on-policy disaggregated label -> (its pool, weight push, latencies)
+    profiles = {}
     for onpolicy, asynchronous in ((ONPOLICY_DISAGG, ASYNC_DISAGG), (ONPOLICY_PIPELINED, ASYNC_PIPELINED)):
         if onpolicy in runs:  # the on-policy run is the profile of both
-            streamed = runs[onpolicy].get("streamed_updates_per_step", 0) > 0
-            disaggregated, _, sync_s = pool_of(runs[onpolicy], streamed_updates=streamed)
-            profiles[onpolicy] = disaggregated, sync_s, disaggregated_latencies(runs[onpolicy])
+            run = runs[onpolicy]
+            streamed = run.get("streamed_updates_per_step", 0) > 0
+            disaggregated, _, sync_s = check.pool_of(run, streamed_updates=streamed)
+            latency = (run["rollout_push_s"] or run["dispatch_s"]), run["delivery_s"]
+            profiles[onpolicy] = disaggregated, sync_s, latency
             cases += [(*profiles[onpolicy], onpolicy, PlanMode.ON_POLICY),
                       (*profiles[onpolicy], asynchronous, PlanMode.ASYNC)]
-    cases = [case for case in cases if case[3] in runs]
+    return [case for case in cases if case[3] in runs], profiles
+
+
+def _predicted_steps(check: _PlannerCheck, cases: list[tuple]) -> tuple[dict[str, float], dict[str, dict]]:
+    """Each case's predicted step and idle fractions, averaged over the draws."""
+    from rlweave.plugins.stream_generation.planner import PlanMode, predict
+
     predicted, predicted_idle = {}, {}
     for case_pool, sync_s, latency, label, mode in cases:
-        plans = [predict([case_pool], batch(d, mode, sync_s, latency,
-                                            next_draws(i) if mode is PlanMode.ASYNC else ()),
-                         mode, {"cpu": 1}, {"cpu": 1}) for i, d in enumerate(draws)]
+        plans = [predict([case_pool], check.batch(d, mode, sync_s, latency,
+                                                  check.next_draws(i) if mode is PlanMode.ASYNC else ()),
+                         mode, {"cpu": 1}, {"cpu": 1}) for i, d in enumerate(check.draws)]
         predicted[label] = statistics.mean(p.step_s for p in plans)
         predicted_idle[label] = {"engine": statistics.mean(p.generation_idle for p in plans),
                                  "trainer": statistics.mean(p.training_idle for p in plans)}
+    return predicted, predicted_idle
+
+
+def _balanced_plans(check: _PlannerCheck, profiles: dict[str, tuple]) -> dict[int, dict[str, Any]]:
+    """SIMULATED: what the pipelined run's split would be with more devices (the batch grows
+    with the pool); empty without that run."""
+    from rlweave.plugins.stream_generation.planner import PlanMode, plan
+
+    if ONPOLICY_PIPELINED not in profiles:
+        return {}
+    profile, sync_s, latency = profiles[ONPOLICY_PIPELINED]
     balanced = {}
-    if ONPOLICY_PIPELINED in profiles:  # SIMULATED: what the split would be with more devices
-        profile, sync_s, latency = profiles[ONPOLICY_PIPELINED]
-        for devices in BALANCE_DEVICES:
-            prompts = table[rng.choice(len(table), setup.prompts * devices // 2)]  # the batch grows with the pool
-            best = plan([dataclasses.replace(profile, devices=devices)],
-                        batch(prompts, PlanMode.ASYNC, sync_s, latency), PlanMode.ASYNC)
-            balanced[devices] = {"engines": best.generation.get("cpu", 0), "trainers": best.training.get("cpu", 0),
-                                 "step_s": best.step_s, "samples_per_s": best.samples_per_s,
-                                 "engine_idle": best.generation_idle, "trainer_idle": best.training_idle}
-    gen_alone = statistics.mean(float(simulate_generation(batch(d, PlanMode.ASYNC, 0.0).lengths,
-                                                          [generation])[0].max()) for d in draws)
-    chosen = plan([pool], batch(draws[0], PlanMode.ASYNC, weight_sync_s), PlanMode.ASYNC)
-    bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
-    if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
-        bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, pool_of(runs[SYNC_ROLLOUT_LP])[1])
-    return {"predicted_step_s": predicted, "predicted_idle": predicted_idle,
-            "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
-            **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
-            "dispatch_s": verl_latencies[0], "delivery_s": verl_latencies[1],
-            "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
-            "plan": chosen.describe(), "balanced_plans_simulated": balanced,
-            "profile": plan_profile(profiles, table)}
+    for devices in BALANCE_DEVICES:
+        prompts = check.table[check.rng.choice(len(check.table), check.setup.prompts * devices // 2)]
+        best = plan([dataclasses.replace(profile, devices=devices)],
+                    check.batch(prompts, PlanMode.ASYNC, sync_s, latency), PlanMode.ASYNC)
+        balanced[devices] = {"engines": best.generation.get("cpu", 0), "trainers": best.training.get("cpu", 0),
+                             "step_s": best.step_s, "samples_per_s": best.samples_per_s,
+                             "engine_idle": best.generation_idle, "trainer_idle": best.training_idle}
+    return balanced
 
 
 def plan_profile(profiles: dict[str, tuple[Any, float, tuple[float, float]]], table: np.ndarray) -> dict[str, Any]:
