@@ -275,83 +275,132 @@ def usable_ep(experts: int, args: argparse.Namespace) -> list[int]:
     return usable
 
 
-def run(args: argparse.Namespace) -> BenchResult:
-    from rlweave.plugins.replay_balance.loads import expert_loads
+@dataclass(frozen=True)
+class _Routing:
+    """The routing the bench scores: ``ids``/``offsets`` as :func:`load_trace` gives them,
+    ``current``: [micro-batches, layers, experts] loads, ``history``: [layers, experts] loads
+    the history-based policies plan from; ``source``: what it is, for the report."""
 
-    rng = np.random.default_rng(args.seed)
-    if args.capture_vllm:
-        args.trace = capture_vllm_trace(args)
-    if args.trace:
-        ids, offsets, experts = load_trace(args.trace, args.experts)
-        loads = expert_loads(ids, offsets, experts)  # [M, L, E]
-        half = max(1, loads.shape[0] // 2)
-        history, current = loads[:half].sum(0), loads
-        source = (f"trace {args.trace}: {loads.shape[0]} micro-batches x ~{int(np.diff(offsets).mean())} tokens, "
-                  f"{ids.shape[1]} layers, top-{ids.shape[2]}")
-    else:
-        experts = args.experts or 64
-        args.experts = experts
-        history = expert_loads(*synthetic_trace(rng, args), experts).sum(0)
-        ids, offsets = synthetic_trace(rng, args)
-        current = expert_loads(ids, offsets, experts)
-        hot = ("hot experts shift every micro-batch" if args.scenario == "shifting"
-               else "one hot set per step, a different one the step before")
-        source = (f"synthetic Zipf {args.zipf}, {hot}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
-                  f"{args.layers} layers, top-2")
+    ids: np.ndarray
+    offsets: np.ndarray
+    experts: int
+    history: np.ndarray
+    current: np.ndarray
+    source: str
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    routing = _routing(args, np.random.default_rng(args.seed))
     cost = replace(CostModel(), expert_bytes=float(args.expert_bytes))
-    names = POLICIES + REFERENCES + ABLATIONS
-    eps = usable_ep(experts, args)
+    eps = usable_ep(routing.experts, args)
     per_ep, planner_ms, heat, plans = {}, [], {}, {}
     for ep in eps:
-        plan = plan_through_hooks(ids, offsets, experts, ep, args)
+        plan = plan_through_hooks(routing.ids, routing.offsets, routing.experts, ep, args)
         plans[str(ep)] = plan.as_json()
-        layers = [score_layer(current[:, layer], history[layer], plan, layer, cost) for layer in range(current.shape[1])]
-        ep_planner_ms = plan.planner_s * 1e3 / (current.shape[0] * current.shape[1])
-        planner_ms.append(ep_planner_ms)
+        per_ep[ep], layers = _score_ep(routing, plan, ep, cost)
+        planner_ms.append(per_ep[ep]["planner_ms_per_layer"])
         if ep == eps[0]:
             heat = {name: layers[0][name]["rank_load"].tolist() for name in ("static", "rlweave")}
-        per_ep[ep] = {p: {"max_mean_mean": float(np.mean([r for layer in layers for r in layer[p]["ratios"]])),
-                          "max_mean_p99": float(np.percentile([r for layer in layers for r in layer[p]["ratios"]], 99)),
-                          "modelled_step_s": float(sum(layer[p]["step_s"] for layer in layers))} for p in names}
-        for name in ("bound_ratios", "cross_node_bound_ratios"):
-            ratios = [r for layer in layers for r in layer["rlweave"][name]]
-            per_ep[ep][f"rlweave_{name[:-len('_ratios')]}"] = {"max_mean_mean": float(np.mean(ratios)),
-                                                               "max_mean_p99": float(np.percentile(ratios, 99))}
-        per_ep[ep]["experts_moved"] = {p: sum(layer[p]["moved"] for layer in layers)
-                                       for p in ("eplb_history", "eplb_oracle", "rlweave", "reorder_only")}
-        per_ep[ep]["step_replicas"] = plan.step_replicas()
-        per_ep[ep]["planner_ms_per_layer"] = ep_planner_ms
-        # Lower bound: every micro-batch perfectly balanced, no copies or moves.
-        per_ep[ep]["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
-    mean_of = lambda p, k: float(np.mean([per_ep[ep][p][k] for ep in eps]))  # noqa: E731
-    headline = {
-        "static_max_mean_load": round(mean_of("static", "max_mean_mean"), 3),
-        "eplb_max_mean_load": round(mean_of("eplb_history", "max_mean_mean"), 3),
-        "eplb_oracle_max_mean_load": round(mean_of("eplb_oracle", "max_mean_mean"), 3),
-        "rlweave_max_mean_load": round(mean_of("rlweave", "max_mean_mean"), 3),
-        "rlweave_bound_max_mean_load": round(mean_of("rlweave_bound", "max_mean_mean"), 3),
-        "speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
-        "speedup_vs_static": round(mean_of("static", "modelled_step_s") / mean_of("rlweave", "modelled_step_s"), 3),
-        "lower_bound_speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s")
-                                                    / float(np.mean([per_ep[ep]["lower_bound_step_s"] for ep in eps])), 3),
-        "speedup_vs_eplb_oracle_free_moves": round(mean_of("eplb_oracle_free_moves", "modelled_step_s")
-                                                   / mean_of("rlweave", "modelled_step_s"), 3),
-        "experts_moved_by_reorder": int(sum(per_ep[ep]["experts_moved"]["rlweave"] for ep in eps)),
-        "step_replicas": int(sum(per_ep[ep]["step_replicas"] for ep in eps)),
-        "planner_ms_per_layer": round(float(np.median(planner_ms)), 3),
-        "measured_ep2_speedup": None,
-        "measured_ep2_lower_bound": None,
-    }
-    measured, skipped = measure_ep2(args, ids, experts)
+    headline = _headline(per_ep, eps, planner_ms)
+    measured, skipped = measure_ep2(args, routing.ids, routing.experts)
     if measured:
         headline["measured_ep2_speedup"] = round(measured["speedup"], 3)
         headline["measured_ep2_lower_bound"] = round(measured["bound"], 3)
         headline["measured_ep2_cpu_time_speedup"] = round(measured["cpu_speedup"], 3)
     else:
         headline["measured_ep2_skipped"] = skipped
+    rows = _modelled_rows(per_ep, eps)
+    regime = (f"MODELLED, not measured: {routing.source}; {routing.experts} experts, {args.spare_slots} spare slots "
+              f"per rank, {args.ranks_per_node} ranks per node, {cost.expert_bytes / 1e6:.1f} MB experts, "
+              f"{cost.token_s * 1e6:.0f} us per token-expert")
+    if measured:
+        rows += measured_rows(measured)
+        regime += _measured_regime(measured["options"])
+    else:
+        rows.append(["2", "measured (Megatron, gloo)", f"not measured: {skipped}", "", "", ""])
+    return BenchResult(headline, rows, regime,
+                       details={"per_ep": {str(k): v for k, v in per_ep.items()}, "measured_ep2": measured,
+                                "rank_loads_first_ep_layer0": heat, "rlweave_plans": plans})
+
+
+def _routing(args: argparse.Namespace, rng: np.random.Generator) -> _Routing:
+    """The trace's routing (``--trace``, or one vLLM captures), its first half the history; or a
+    synthetic one with a history drawn apart. Sets ``args.experts`` where it was left open."""
+    from rlweave.plugins.replay_balance.loads import expert_loads
+
+    if args.capture_vllm:
+        args.trace = capture_vllm_trace(args)
+    if args.trace:
+        ids, offsets, experts = load_trace(args.trace, args.experts)
+        loads = expert_loads(ids, offsets, experts)  # [M, L, E]
+        half = max(1, loads.shape[0] // 2)
+        source = (f"trace {args.trace}: {loads.shape[0]} micro-batches x ~{int(np.diff(offsets).mean())} tokens, "
+                  f"{ids.shape[1]} layers, top-{ids.shape[2]}")
+        return _Routing(ids, offsets, experts, loads[:half].sum(0), loads, source)
+    experts = args.experts = args.experts or 64
+    history = expert_loads(*synthetic_trace(rng, args), experts).sum(0)
+    ids, offsets = synthetic_trace(rng, args)
+    hot = ("hot experts shift every micro-batch" if args.scenario == "shifting"
+           else "one hot set per step, a different one the step before")
+    source = (f"synthetic Zipf {args.zipf}, {hot}; {args.micro_batches} micro-batches x {args.tokens} tokens, "
+              f"{args.layers} layers, top-2")
+    return _Routing(ids, offsets, experts, history, expert_loads(ids, offsets, experts), source)
+
+
+def _score_ep(routing: _Routing, plan: HookPlan, ep: int, cost: CostModel) -> tuple[dict[str, Any], list[dict]]:
+    """Every policy's load ratios and modelled step at one EP size, and the per-layer scores."""
+    current = routing.current
+    layers = [score_layer(current[:, layer], routing.history[layer], plan, layer, cost)
+              for layer in range(current.shape[1])]
+    result: dict[str, Any] = {}
+    for p in POLICIES + REFERENCES + ABLATIONS:
+        ratios = [r for layer in layers for r in layer[p]["ratios"]]
+        result[p] = {"max_mean_mean": float(np.mean(ratios)), "max_mean_p99": float(np.percentile(ratios, 99)),
+                     "modelled_step_s": float(sum(layer[p]["step_s"] for layer in layers))}
+    for name in ("bound_ratios", "cross_node_bound_ratios"):
+        ratios = [r for layer in layers for r in layer["rlweave"][name]]
+        result[f"rlweave_{name[:-len('_ratios')]}"] = {"max_mean_mean": float(np.mean(ratios)),
+                                                       "max_mean_p99": float(np.percentile(ratios, 99))}
+    result["experts_moved"] = {p: sum(layer[p]["moved"] for layer in layers)
+                               for p in ("eplb_history", "eplb_oracle", "rlweave", "reorder_only")}
+    result["step_replicas"] = plan.step_replicas()
+    result["planner_ms_per_layer"] = plan.planner_s * 1e3 / (current.shape[0] * current.shape[1])
+    # Lower bound: every micro-batch perfectly balanced, no copies or moves.
+    result["lower_bound_step_s"] = float(current.sum(axis=2).sum() / ep * cost.token_s)
+    return result, layers
+
+
+def _headline(per_ep: dict[int, dict[str, Any]], eps: list[int], planner_ms: list[float]) -> dict[str, Any]:
+    """Each figure the mean over the EP sizes."""
+    def mean_of(p: str, k: str) -> float:
+        return float(np.mean([per_ep[ep][p][k] for ep in eps]))
+
+    rlweave_s = mean_of("rlweave", "modelled_step_s")
+    bound_s = float(np.mean([per_ep[ep]["lower_bound_step_s"] for ep in eps]))
+    return {
+        "static_max_mean_load": round(mean_of("static", "max_mean_mean"), 3),
+        "eplb_max_mean_load": round(mean_of("eplb_history", "max_mean_mean"), 3),
+        "eplb_oracle_max_mean_load": round(mean_of("eplb_oracle", "max_mean_mean"), 3),
+        "rlweave_max_mean_load": round(mean_of("rlweave", "max_mean_mean"), 3),
+        "rlweave_bound_max_mean_load": round(mean_of("rlweave_bound", "max_mean_mean"), 3),
+        "speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / rlweave_s, 3),
+        "speedup_vs_static": round(mean_of("static", "modelled_step_s") / rlweave_s, 3),
+        "lower_bound_speedup_vs_eplb_oracle": round(mean_of("eplb_oracle", "modelled_step_s") / bound_s, 3),
+        "speedup_vs_eplb_oracle_free_moves": round(mean_of("eplb_oracle_free_moves", "modelled_step_s") / rlweave_s, 3),
+        "experts_moved_by_reorder": int(sum(per_ep[ep]["experts_moved"]["rlweave"] for ep in eps)),
+        "step_replicas": int(sum(per_ep[ep]["step_replicas"] for ep in eps)),
+        "planner_ms_per_layer": round(float(np.median(planner_ms)), 3),
+        "measured_ep2_speedup": None,
+        "measured_ep2_lower_bound": None,
+    }
+
+
+def _modelled_rows(per_ep: dict[int, dict[str, Any]], eps: list[int]) -> list[list[str]]:
+    """The table's header and, per EP size, a row per policy, the bounds and the planner's time."""
     rows = [["EP", "policy", "max/mean mean", "max/mean p99", "modelled step (s)", "vs rlweave"]]
     for ep in eps:
-        for p in names:
+        rlweave_s = per_ep[ep]["rlweave"]["modelled_step_s"]
+        for p in POLICIES + REFERENCES + ABLATIONS:
             r = per_ep[ep][p]
             moved = per_ep[ep]["experts_moved"].get(p)
             label = LABELS.get(p, p)
@@ -360,34 +409,28 @@ def run(args: argparse.Namespace) -> BenchResult:
             elif moved is not None:
                 label += f" ({moved} experts moved)"
             rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}",
-                         f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+                         f"{r['modelled_step_s']:.4f}", f"{r['modelled_step_s'] / rlweave_s:.2f}x"])
         for name, label in (("rlweave_bound", "rlweave bound (in-node micro-batch replicas)"),
                             ("rlweave_cross_node_bound", "rlweave bound if micro-batch replicas crossed nodes")):
             r = per_ep[ep][name]
             rows.append([str(ep), label, f"{r['max_mean_mean']:.3f}", f"{r['max_mean_p99']:.3f}", "", ""])
         bound = per_ep[ep]["lower_bound_step_s"]
         rows.append([str(ep), "lower bound (perfect balance)", "1.000", "1.000", f"{bound:.4f}",
-                     f"{bound / per_ep[ep]['rlweave']['modelled_step_s']:.2f}x"])
+                     f"{bound / rlweave_s:.2f}x"])
         rows.append([str(ep), "rlweave planner (hooks), ms per layer and micro-batch", "", "",
                      f"{per_ep[ep]['planner_ms_per_layer']:.1f} ms", ""])
-    regime = (f"MODELLED, not measured: {source}; {experts} experts, {args.spare_slots} spare slots per rank, "
-              f"{args.ranks_per_node} ranks per node, {cost.expert_bytes / 1e6:.1f} MB experts, "
-              f"{cost.token_s * 1e6:.0f} us per token-expert")
-    if measured:
-        rows += measured_rows(measured)
-        o = measured["options"]
-        routing = (f"replayed from {o['trace']} (layer s % layers for step s, tokens cycled)" if o["trace"]
-                   else f"Zipf {o['zipf']} with hot experts shifting per micro-batch")
-        regime += (f". MEASURED EP=2: Megatron-core MoE forward+backward, gloo, 2 processes x 1 core x 1 thread "
-                   f"on a 2-core CPU shared with other work, fp32, hidden {o['hidden']}, ffn {o['ffn']}, "
-                   f"{o['experts']} experts top-{o['top_k']}, {o['slots_per_rank']} slots per rank, {o['dispatcher']} "
-                   f"dispatcher, {o['micro_batches']} micro-batches x {o['tokens']} tokens per step, routing: "
-                   f"{routing}; step time = slower rank, median of {o['steps']} steps")
-    else:
-        rows.append(["2", "measured (Megatron, gloo)", f"not measured: {skipped}", "", "", ""])
-    return BenchResult(headline, rows, regime,
-                       details={"per_ep": {str(k): v for k, v in per_ep.items()}, "measured_ep2": measured,
-                                "rank_loads_first_ep_layer0": heat, "rlweave_plans": plans})
+    return rows
+
+
+def _measured_regime(o: dict[str, Any]) -> str:
+    """The measured EP=2 part's setting, for the report's regime line."""
+    routing = (f"replayed from {o['trace']} (layer s % layers for step s, tokens cycled)" if o["trace"]
+               else f"Zipf {o['zipf']} with hot experts shifting per micro-batch")
+    return (f". MEASURED EP=2: Megatron-core MoE forward+backward, gloo, 2 processes x 1 core x 1 thread "
+            f"on a 2-core CPU shared with other work, fp32, hidden {o['hidden']}, ffn {o['ffn']}, "
+            f"{o['experts']} experts top-{o['top_k']}, {o['slots_per_rank']} slots per rank, {o['dispatcher']} "
+            f"dispatcher, {o['micro_batches']} micro-batches x {o['tokens']} tokens per step, routing: "
+            f"{routing}; step time = slower rank, median of {o['steps']} steps")
 
 
 def capture_vllm_trace(args: argparse.Namespace) -> Path:
