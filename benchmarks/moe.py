@@ -175,6 +175,7 @@ def score_layer(load: np.ndarray, history: np.ndarray, plan: HookPlan, layer: in
     from rlweave.benchmarks.moe_baselines import eplb_placement, imbalance, rank_loads, reorder_only, static_placement
     from rlweave.benchmarks.moe_bound import max_load_bound
     from rlweave.plugins.replay_balance.planner import (
+        ReplicaSearch,
         copy_s,
         grow_replicas,
         home_layout,
@@ -226,7 +227,7 @@ def score_layer(load: np.ndarray, history: np.ndarray, plan: HookPlan, layer: in
     record("reorder_only", [home_layout(reordered, topo)] * len(load), move_s(static, reordered, topo, cost),
            moved=int(np.count_nonzero(reordered != static)))
     homes = home_layout(static, topo)[0]
-    replicas, shares = grow_replicas(load, homes, static, topo, cost, in_node=False)
+    replicas, shares = grow_replicas(load, homes, static, topo, cost, ReplicaSearch(in_node=False))
     record("step_replicas_only", list(zip([replicas] * len(load), shares, strict=True)),
            copy_s(replicas, homes, static, topo, cost))
     alone = [plan_replication(load[m], homes, topo, cost) for m in range(len(load))]

@@ -9,6 +9,7 @@ from rlweave.plugins.replay_balance.loads import expert_loads
 from rlweave.plugins.replay_balance.planner import (
     CostModel,
     PlanError,
+    ReplicaSearch,
     copy_s,
     grow_replicas,
     home_layout,
@@ -267,8 +268,8 @@ def test_free_only_replicas_do_not_lengthen_the_copies():
     load = skewed_loads(rng, 1, 64)
     one_copy = homes.copy()
     one_copy[8] = int(np.argmax(load[0, 8:16])) + 8  # rank 0 takes a replica of rank 1's heaviest expert
-    p2l, share = grow_replicas(load, one_copy, home, topo, CostModel(), in_node=True, copied_from=homes,
-                               free_only=True)
+    p2l, share = grow_replicas(load, one_copy, home, topo, CostModel(),
+                               ReplicaSearch(in_node=True, copied_from=homes, free_only=True))
     copies = copy_s(one_copy, homes, home, topo, CostModel())
     assert copy_s(p2l, homes, home, topo, CostModel()) == pytest.approx(copies)
     assert np.count_nonzero(p2l >= 0) > np.count_nonzero(one_copy >= 0)  # free replicas were there to take

@@ -14,7 +14,7 @@ for one layer and micro-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -174,108 +174,162 @@ def step_max_sum(step_load: np.ndarray, home: np.ndarray, ranks: int) -> float:
     return float(per_rank.max(axis=1).sum())
 
 
+@dataclass(frozen=True)
+class ReplicaSearch:
+    """How :func:`grow_replicas` searches. ``in_node``: replicas stay in their owner's node
+    (NVLink copies); ``target``: stop at max/mean <= ``target`` everywhere; ``candidates``:
+    experts tried per replica (0: 3 for a step, 1 for one micro-batch); ``free_only``: only
+    replicas that do not lengthen the copies; ``share`` [M, R*S]: the best split over the layout
+    when known; ``copied_from``: the layout already in place (default: the layout grown), whose
+    missing replicas count as copies."""
+
+    in_node: bool
+    target: float = 1.0
+    candidates: int = 0
+    free_only: bool = False
+    share: np.ndarray | None = None
+    copied_from: np.ndarray | None = None
+
+
 def grow_replicas(load: np.ndarray, layout: np.ndarray, home: np.ndarray, topology: ExpertTopology,
-                  cost: CostModel, in_node: bool, target: float = 1.0, share: np.ndarray | None = None,
-                  candidates: int = 0, copied_from: np.ndarray | None = None,
-                  free_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  cost: CostModel, search: ReplicaSearch) -> tuple[np.ndarray, np.ndarray]:
     """Fill spare slots of ``layout`` [R*S] with replicas while they pay over the loads ``load``
     [M, E] (the step's micro-batches, or one micro-batch), each replica copied once from its
-    owner (``home`` [E]). ``in_node`` keeps replicas in their owner's node (NVLink copies).
+    owner (``home`` [E]); ``search`` says how (:class:`ReplicaSearch`).
 
-    Greedy: among the ``candidates`` experts (default 3 for a step, 1 for one micro-batch)
-    serving most tokens on the busiest ranks (else each busiest rank's heaviest expert: a rank
-    tied for busiest may hold none of their tokens), add the (expert, rank) replica whose
-    water-filled split best lowers the busiest ranks, net of its copy time, even when that is
-    negative: a replica that alone does not pay can with the next (two ranks near the peak each
-    need one; relieving one alone lowers the peak only to the other). Stop when no replica
-    relieves a busiest rank, after ``patience`` replicas without a new best, or at max/mean <=
-    ``target`` everywhere. The
-    replica sequence is then cut at its best prefix by modelled time (busiest-rank tokens +
-    copies), so the result is never modelled slower than ``layout`` itself. When the greedy went
-    past that prefix, a second pass from it adds only replicas that do not lengthen the copies
-    (a link that has not yet carried as much as the busiest one): the path past the prefix may
-    have spent the slots such a free replica needs.
-
-    ``share`` [M, R*S]: the best split over ``layout`` when known. ``copied_from``: the layout
-    already in place (default ``layout``): replicas of ``layout`` that it lacks count as copies.
-    ``free_only``: only replicas that do not lengthen the copies. Returns (new layout [R*S], its
-    best split [M, R*S]).
+    Greedy: among the ``candidates`` experts serving most tokens on the busiest ranks (else each
+    busiest rank's heaviest expert: a rank tied for busiest may hold none of their tokens), add
+    the (expert, rank) replica whose water-filled split best lowers the busiest ranks, net of its
+    copy time, even when that is negative: a replica that alone does not pay can with the next
+    (two ranks near the peak each need one; relieving one alone lowers the peak only to the
+    other). Stop when no replica relieves a busiest rank, after ``patience`` replicas without a
+    new best, or at max/mean <= ``target`` everywhere. The replica sequence is then cut at its
+    best prefix by modelled time (busiest-rank tokens + copies), so the result is never modelled
+    slower than ``layout`` itself. When the greedy went past that prefix, a second pass from it
+    adds only replicas that do not lengthen the copies (a link that has not yet carried as much
+    as the busiest one): the path past the prefix may have spent the slots such a free replica
+    needs. Returns (new layout [R*S], its best split [M, R*S]).
     """
     check_topology(topology)
-    ranks, slots, rpn = topology.num_ranks, topology.slots_per_rank, topology.ranks_per_node
-    load = np.asarray(load, dtype=float)
-    candidates = candidates or (3 if len(load) > 1 else 1)
-    home = np.asarray(home)
-    p2l = np.asarray(layout).copy()
-    used = (p2l.reshape(ranks, slots) >= 0).sum(axis=1)
-    share, rank_load = split_shares(load, p2l, slots, start=share, sweeps=8 if share is None else 0)
-    slot_load = load[:, np.maximum(p2l, 0)] * share  # [M, R*S] tokens each slot serves
-    mean = load.sum(axis=1) / ranks
-    copy_intra = cost.expert_bytes / cost.intra_node_bytes_per_s
-    copy_inter = cost.expert_bytes / cost.inter_node_bytes_per_s
-    send, receive = np.zeros(ranks), np.zeros(ranks)  # replica copies so far, per link
-    sent = np.zeros((len(home), topology.nodes), dtype=bool)  # expert already sent into node (transfer_s)
-    node_of = np.arange(ranks) // rpn
-    each = np.where(node_of[:, None] == node_of[home][None], copy_intra, copy_inter)  # [R, E] one copy
-
-    def copy(e: int, q: int) -> float:
-        """Account one copy of expert e to rank q; returns the copies' time so far."""
-        send[home[e]] += each[q, e] * (not sent[e, node_of[q]])
-        receive[q] += each[q, e]
-        sent[e, node_of[q]] = True
-        return float(max(send.max(), receive.max()))
-
-    base = np.asarray(layout if copied_from is None else copied_from)
-    copy_now = 0.0
-    for slot in np.nonzero((p2l >= 0) & (p2l != base))[0]:
-        copy_now = copy(p2l[slot], slot // slots)
-    added: list[int] = []  # slots filled, in order
-    best_time, best_count = rank_load.max(axis=1).sum() * cost.token_s + copy_now, 0
-    patience = 4
-    while (np.any(used < slots) and np.any(rank_load.max(axis=1) > target * mean + 1e-9)
-           and len(added) < best_count + patience):  # stop after replicas that did not pay
-        peak = rank_load.max(axis=1)
-        busiest = rank_load >= peak[:, None] * (1 - 1e-9)  # [M, R]
-        patience = 4 + int(busiest.sum(axis=1).max())  # tied busiest ranks need a replica each
-        on_busiest = (slot_load * np.repeat(busiest, slots, axis=1)).sum(axis=0)  # [R*S]
-        served = np.bincount(np.maximum(p2l, 0), weights=on_busiest * (p2l >= 0), minlength=len(home))
-        top = np.argsort(-served)[:candidates]
-        top = top[served[top] > 0]
-        m, r = np.nonzero(busiest)
-        heaviest = p2l.reshape(ranks, slots)[r, slot_load.reshape(len(load), ranks, slots)[m, r].argmax(axis=1)]
-        best = None
-        for experts in (top, np.setdiff1d(heaviest[heaviest >= 0], top)):
-            if best is None and experts.size:
-                best = _best_replica(experts, p2l, used, slots, in_node, node_of, home, load, rank_load,
-                                     slot_load, peak, busiest, each, send, receive, sent, copy_now, cost.token_s,
-                                     free_only)
+    g = _Growth(np.asarray(load, dtype=float), layout, np.asarray(home), topology, cost, search)
+    best_time, best_count = g.modelled_s(), 0
+    while g.may_grow() and len(g.added) < best_count + g.patience:  # stop after replicas that did not pay
+        best = g.next_replica()
         if best is None:
             break
-        e, q, x, mine = best
-        slot = q * slots + used[q]
-        used[q] += 1
-        p2l[slot] = e
+        g.add(*best)
+        if g.modelled_s() < best_time - 1e-15:
+            best_time, best_count = g.modelled_s(), len(g.added)
+    if not g.added:
+        return g.p2l, g.share
+    p2l, share = g.cut(best_count)
+    if search.free_only or best_count == len(g.added):
+        return p2l, share
+    return grow_replicas(load, p2l, home, topology, cost,
+                         replace(search, share=share, copied_from=g.base, free_only=True))
+
+
+class _Copies:
+    """Replica copies so far, per link: one copy of expert ``e`` to rank ``q`` takes ``each[q, e]``
+    (NVLink in a node, the fabric across); an expert already sent into a node is not sent from
+    its owner again (as :func:`transfer_s` counts). ``now``: the copies' time, the busiest link's."""
+
+    def __init__(self, home: np.ndarray, topology: ExpertTopology, cost: CostModel) -> None:
+        ranks = topology.num_ranks
+        self.home = home
+        self.node_of = np.arange(ranks) // topology.ranks_per_node
+        intra, inter = cost.expert_bytes / cost.intra_node_bytes_per_s, cost.expert_bytes / cost.inter_node_bytes_per_s
+        self.each = np.where(self.node_of[:, None] == self.node_of[home][None], intra, inter)  # [R, E]
+        self.send, self.receive = np.zeros(ranks), np.zeros(ranks)
+        self.sent = np.zeros((len(home), topology.nodes), dtype=bool)
+        self.now = 0.0
+
+    def add(self, e: int, q: int) -> None:
+        self.send[self.home[e]] += self.each[q, e] * (not self.sent[e, self.node_of[q]])
+        self.receive[q] += self.each[q, e]
+        self.sent[e, self.node_of[q]] = True
+        self.now = float(max(self.send.max(), self.receive.max()))
+
+    def with_one(self, experts: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """The copies' time with one more copy of ``experts[i]`` to ``ranks[i]``, each alone."""
+        one = self.each[ranks, experts]
+        sending = self.send[self.home[experts]] + ~self.sent[experts, self.node_of[ranks]] * one
+        return np.maximum(self.now, np.maximum(sending, self.receive[ranks] + one))
+
+
+class _Growth:
+    """The greedy's state over one layout: ``p2l`` [R*S] and the slots ``used`` per rank, the
+    split ``share`` and the tokens each slot serves ``slot_load`` [M, R*S], each rank's
+    ``rank_load`` [M, R], the copies, and the slots ``added`` in order."""
+
+    def __init__(self, load: np.ndarray, layout: np.ndarray, home: np.ndarray, topology: ExpertTopology,
+                 cost: CostModel, search: ReplicaSearch) -> None:
+        self.load, self.home, self.cost, self.search = load, home, cost, search
+        self.ranks, self.slots = topology.num_ranks, topology.slots_per_rank
+        self.candidates = search.candidates or (3 if len(load) > 1 else 1)
+        self.p2l = np.asarray(layout).copy()
+        self.used = (self.p2l.reshape(self.ranks, self.slots) >= 0).sum(axis=1)
+        self.share, self.rank_load = split_shares(load, self.p2l, self.slots, start=search.share,
+                                                  sweeps=8 if search.share is None else 0)
+        self.slot_load = load[:, np.maximum(self.p2l, 0)] * self.share
+        self.mean = load.sum(axis=1) / self.ranks
+        self.copies = _Copies(home, topology, cost)
+        self.base = np.asarray(layout if search.copied_from is None else search.copied_from)
+        for slot in np.nonzero((self.p2l >= 0) & (self.p2l != self.base))[0]:
+            self.copies.add(self.p2l[slot], slot // self.slots)
+        self.added: list[int] = []
+        self.patience = 4
+
+    def modelled_s(self) -> float:
+        """Busiest-rank tokens and the copies."""
+        return self.rank_load.max(axis=1).sum() * self.cost.token_s + self.copies.now
+
+    def may_grow(self) -> bool:
+        """A slot is free and some micro-batch is above target."""
+        return bool(np.any(self.used < self.slots)
+                    and np.any(self.rank_load.max(axis=1) > self.search.target * self.mean + 1e-9))
+
+    def next_replica(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+        """The best replica of the top candidates, else of the busiest ranks' heaviest experts."""
+        peak = self.rank_load.max(axis=1)
+        busiest = self.rank_load >= peak[:, None] * (1 - 1e-9)  # [M, R]
+        self.patience = 4 + int(busiest.sum(axis=1).max())  # tied busiest ranks need a replica each
+        on_busiest = (self.slot_load * np.repeat(busiest, self.slots, axis=1)).sum(axis=0)  # [R*S]
+        served = np.bincount(np.maximum(self.p2l, 0), weights=on_busiest * (self.p2l >= 0), minlength=len(self.home))
+        top = np.argsort(-served)[:self.candidates]
+        top = top[served[top] > 0]
+        m, r = np.nonzero(busiest)
+        per_slot = self.slot_load.reshape(len(self.load), self.ranks, self.slots)[m, r]
+        heaviest = self.p2l.reshape(self.ranks, self.slots)[r, per_slot.argmax(axis=1)]
+        for experts in (top, np.setdiff1d(heaviest[heaviest >= 0], top)):
+            if experts.size and (best := _best_replica(self, experts, peak, busiest)) is not None:
+                return best
+        return None
+
+    def add(self, e: int, q: int, x: np.ndarray, mine: np.ndarray) -> None:
+        """Expert ``e``'s replica on rank ``q``; ``x`` [M, h+1]: the tokens of its slots
+        ``mine`` and then the new one."""
+        slot = q * self.slots + self.used[q]
+        self.used[q] += 1
+        self.p2l[slot] = e
         cols = np.concatenate([mine, [slot]])
-        rank_load[:, cols // slots] += x - np.concatenate([slot_load[:, mine], np.zeros((len(load), 1))], axis=1)
-        slot_load[:, cols] = x
-        copy_now = copy(e, q)
-        added.append(slot)
-        total = rank_load.max(axis=1).sum() * cost.token_s + copy_now
-        if total < best_time - 1e-15:
-            best_time, best_count = total, len(added)
-    if not added:
-        return p2l, share
-    p2l[added[best_count:]] = -1
-    # Warm start from the greedy's split, the dropped replicas' tokens handed back pro rata.
-    slot_load[:, p2l < 0] = 0.0
-    per_expert = np.zeros_like(load)
-    np.add.at(per_expert.T, np.maximum(p2l, 0), slot_load.T)
-    start = np.divide(slot_load, per_expert[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
-                      where=per_expert[:, np.maximum(p2l, 0)] > 0)
-    share = split_shares(load, p2l, slots, start=start)[0]
-    if free_only or best_count == len(added):
-        return p2l, share
-    return grow_replicas(load, p2l, home, topology, cost, in_node, target, share, candidates, base, free_only=True)
+        served = np.concatenate([self.slot_load[:, mine], np.zeros((len(self.load), 1))], axis=1)
+        self.rank_load[:, cols // self.slots] += x - served
+        self.slot_load[:, cols] = x
+        self.copies.add(e, q)
+        self.added.append(slot)
+
+    def cut(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The layout with the first ``count`` replicas added, and its best split, warm-started
+        from the greedy's with the dropped replicas' tokens handed back pro rata."""
+        p2l, slot_load = self.p2l, self.slot_load
+        p2l[self.added[count:]] = -1
+        slot_load[:, p2l < 0] = 0.0
+        per_expert = np.zeros_like(self.load)
+        np.add.at(per_expert.T, np.maximum(p2l, 0), slot_load.T)
+        start = np.divide(slot_load, per_expert[:, np.maximum(p2l, 0)], out=np.zeros_like(slot_load),
+                          where=per_expert[:, np.maximum(p2l, 0)] > 0)
+        return p2l, split_shares(self.load, p2l, self.slots, start=start)[0]
 
 
 def pinned_eplb(step_load: np.ndarray, home: np.ndarray, topology: ExpertTopology) -> np.ndarray:
@@ -320,63 +374,69 @@ class StepPlan:
     time_s: float
 
 
-def _best_replica(experts: np.ndarray, p2l: np.ndarray, used: np.ndarray, slots: int, in_node: bool,
-                  node_of: np.ndarray, home: np.ndarray, load: np.ndarray, rank_load: np.ndarray,
-                  slot_load: np.ndarray, peak: np.ndarray, busiest: np.ndarray, each: np.ndarray,
-                  send: np.ndarray, receive: np.ndarray, sent: np.ndarray, copy_now: float,
-                  token_s: float, free_only: bool) -> tuple[int, int, np.ndarray, np.ndarray] | None:
-    """Of the replicas of ``experts`` on free ranks that relieve a busiest rank, the one that
-    pays best net of its copy time (even when none pays), all pairs evaluated at once: (expert,
-    rank, tokens per slot of the expert's slots then the new one [M, h+1], those slots), or
-    None when none relieves a busiest rank. Holder sets are padded to one width with a phantom
-    rank of infinite load, which water-filling never fills. ``each`` [R, E]: one copy's time to
-    a rank. ``free_only``: only replicas that do not lengthen the copies (``copy_now``)."""
-    ranks = len(used)
-    mine = [np.nonzero(p2l == e)[0] for e in experts]
-    width = max((len(m) for m in mine), default=0)
-    pairs = []  # (candidate index, free rank)
-    for i, e in enumerate(experts):
-        ok = used < slots
-        ok[mine[i] // slots] = False
-        if in_node:
-            ok &= node_of == node_of[home[e]]
-        pairs += [(i, q) for q in np.nonzero(ok)[0]]
-    which, free = np.array(pairs, dtype=int).reshape(-1, 2).T
-    owner = home[experts[which]]
-    one = each[free, experts[which]]
-    copy = np.maximum(copy_now, np.maximum(send[owner] + ~sent[experts[which], node_of[free]] * one,
-                                           receive[free] + one))
-    if free_only:
-        keep = copy <= copy_now + 1e-12
+def _best_replica(g: _Growth, experts: np.ndarray, peak: np.ndarray, busiest: np.ndarray
+                  ) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+    """Of the replicas of ``experts`` on free ranks that relieve a busiest rank (``busiest``
+    [M, R], at ``peak`` [M]), the one that pays best net of its copy time (even when none pays),
+    all pairs evaluated at once: (expert, rank, tokens per slot of the expert's slots then the
+    new one [M, h+1], those slots), or None when none relieves a busiest rank."""
+    mine = [np.nonzero(g.p2l == e)[0] for e in experts]
+    which, free = _replica_pairs(g, experts, mine)
+    copy = g.copies.with_one(experts[which], free)
+    if g.search.free_only:
+        keep = copy <= g.copies.now + 1e-12
         which, free, copy = which[keep], free[keep], copy[keep]
     if not which.size:
         return None
+    x, relief = _relief(g, experts, mine, which, free, peak, busiest)
+    if not np.any(relief):
+        return None
+    p = int(np.argmax(np.where(relief > 0, relief * g.cost.token_s - (copy - g.copies.now), -np.inf)))
+    i = which[p]
+    real = np.r_[np.arange(len(mine[i])), x.shape[2] - 1]
+    return int(experts[i]), int(free[p]), x[p][:, real], mine[i]
+
+
+def _replica_pairs(g: _Growth, experts: np.ndarray, mine: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every (index into ``experts``, rank) with a free slot that lacks the expert (in its
+    owner's node where the search keeps replicas there)."""
+    pairs = []
+    for i, e in enumerate(experts):
+        ok = g.used < g.slots
+        ok[mine[i] // g.slots] = False
+        if g.search.in_node:
+            ok &= g.copies.node_of == g.copies.node_of[g.home[e]]
+        pairs += [(i, q) for q in np.nonzero(ok)[0]]
+    which, free = np.array(pairs, dtype=int).reshape(-1, 2).T
+    return which, free
+
+
+def _relief(g: _Growth, experts: np.ndarray, mine: list[np.ndarray], which: np.ndarray, free: np.ndarray,
+            peak: np.ndarray, busiest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's water-filled split over its expert's holders and the new rank (``x`` [P, M,
+    width + 1]) and the busiest-rank tokens it takes off ([P]). Holder sets are padded to one
+    width with a phantom rank of infinite load, which water-filling never fills."""
+    ranks, m = g.ranks, len(g.load)
+    width = max((len(s) for s in mine), default=0)
     held = np.full((len(experts), width), ranks)  # phantom rank
-    held_slots = np.full((len(experts), width), p2l.size)  # phantom slot
-    for i, m in enumerate(mine):
-        held[i, : len(m)], held_slots[i, : len(m)] = m // slots, m
+    held_slots = np.full((len(experts), width), g.p2l.size)  # phantom slot
+    for i, s in enumerate(mine):
+        held[i, : len(s)], held_slots[i, : len(s)] = s // g.slots, s
     group = np.concatenate([held[which], free[:, None]], axis=1)  # [P, width + 1]
-    loads = np.concatenate([rank_load, np.full((len(load), 1), np.inf)], axis=1)
-    served = np.concatenate([slot_load, np.zeros((len(load), 1))], axis=1)
+    loads = np.concatenate([g.rank_load, np.full((m, 1), np.inf)], axis=1)
+    served = np.concatenate([g.slot_load, np.zeros((m, 1))], axis=1)
     base = loads[:, group].transpose(1, 0, 2)  # [P, M, width + 1]
     base[:, :, :-1] -= served[:, held_slots[which]].transpose(1, 0, 2)
-    x = water_fill(base, load[:, experts[which]].T)
+    x = water_fill(base, g.load[:, experts[which]].T)
     after = np.where(np.isinf(base), -np.inf, base + x).max(axis=2)  # [P, M]
     holders = np.zeros((len(which), ranks + 1), dtype=bool)
     holders[np.arange(len(which))[:, None], held[which]] = True
     relieved = (busiest[None] & holders[:, None, :ranks]).any(axis=2)  # [P, M]: a holder is busiest
-    in_group = holders
-    in_group[np.arange(len(which)), free] = True
+    holders[np.arange(len(which)), free] = True  # now the whole group
     # The busiest rank outside the group, ignoring the other busiest ones (optimistic: later
     # replicas may relieve those; the best-prefix cut in grow_replicas keeps only what paid).
-    others = np.where(in_group[:, None, :ranks] | busiest[None], -np.inf, rank_load[None]).max(axis=2)
-    relief = ((peak[None] - np.maximum(after, others)).clip(min=0) * relieved).sum(axis=1)
-    if not np.any(relief):
-        return None
-    p = int(np.argmax(np.where(relief > 0, relief * token_s - (copy - copy_now), -np.inf)))
-    i = which[p]
-    real = np.r_[np.arange(len(mine[i])), width]
-    return int(experts[i]), int(free[p]), x[p][:, real], mine[i]
+    others = np.where(holders[:, None, :ranks] | busiest[None], -np.inf, g.rank_load[None]).max(axis=2)
+    return x, ((peak[None] - np.maximum(after, others)).clip(min=0) * relieved).sum(axis=1)
 
 
 def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarray,
@@ -403,7 +463,7 @@ def plan_step(step_load: np.ndarray, topology: ExpertTopology, current: np.ndarr
             continue
         homes = home_layout(home, topology)[0]
         moving = move_s(current, home, topology, cost)
-        layouts = [grow_replicas(step_load, homes, home, topology, cost, in_node=False)[0],
+        layouts = [grow_replicas(step_load, homes, home, topology, cost, ReplicaSearch(in_node=False))[0],
                    pinned_eplb(step_load, home, topology), homes]
         for layout in layouts:
             if any(np.array_equal(layout, q.layout) and np.array_equal(home, q.home) for q in plans):
@@ -451,6 +511,7 @@ def plan_replication(load: np.ndarray, layout: np.ndarray, topology: ExpertTopol
     expert's shares sum to 1.
     """
     layout = np.asarray(layout)
+    search = ReplicaSearch(in_node=True, target=target, share=share)
     p2l, share = grow_replicas(np.asarray(load, dtype=float)[None], layout, home_of(layout, topology), topology,
-                               cost, in_node=True, target=target, share=share)
+                               cost, search)
     return p2l, share[0]
