@@ -135,3 +135,18 @@ def test_every_default_profile_carries_its_sources_and_tags():
         assert min(gpu.bf16_tflops, gpu.hbm_tbs, gpu.nvlink_gbs, gpu.network_gbs) > 0
     assert "[R] third party only" in DEFAULTS["H20"].source  # no public datasheet
     assert DEFAULTS["H200_SXM"].hbm_tbs > DEFAULTS["H100_SXM"].hbm_tbs > DEFAULTS["A100_80GB"].hbm_tbs
+
+
+def test_failures_are_optional_each_figure_the_users_own_and_checked():
+    base = data()
+    assert parse_cluster(base).failures is None
+    full = {"gpu_mtbf_hours": 50_000, "checkpoint_s": 300, "restart_s": 900, "snapshot_s": 10, "recover_s": 120}
+    assert parse_cluster(base | {"failures": full}).failures.snapshot_s == 10
+    verl_only = {k: full[k] for k in ("gpu_mtbf_hours", "checkpoint_s", "restart_s")}
+    assert parse_cluster(base | {"failures": verl_only}).failures.recover_s is None
+    with pytest.raises(ClusterError) as error:
+        parse_cluster(base | {"failures": {"checkpoint_s": 300, "restart_s": -1, "snapshot_s": 10}})
+    assert error.value.problems == ["[failures] gpu_mtbf_hours is missing: see docs/plan.md, [failures]",
+                                    "[failures] restart_s = -1: must be a number >= 0; see docs/plan.md, [failures]"]
+    with pytest.raises(ClusterError, match="give both"):
+        parse_cluster(base | {"failures": verl_only | {"snapshot_s": 10}})

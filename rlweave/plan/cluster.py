@@ -64,10 +64,26 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Failures:
+    """What failures cost, for resilience's prediction (every figure the user's own; none has a
+    default): ``gpu_mtbf_hours`` mean hours between failures of one GPU (the cluster fails
+    ``count`` times as often); ``checkpoint_s`` and ``restart_s`` verl's save to storage and
+    its job restart with the reload; ``snapshot_s`` and ``recover_s`` resilience's host-memory
+    snapshot and its rebuild of the failed group from it (absent: resilience is not predicted)."""
+
+    gpu_mtbf_hours: float
+    checkpoint_s: float
+    restart_s: float
+    snapshot_s: float | None = None
+    recover_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Cluster:
     """The target cluster, and what the recorded job was run on. ``requests_per_step``: the
     target's generation batch (``None``: the recorded requests per generation instance, kept);
-    ``slots``: sequences per instance (``None``: the recorded engine's)."""
+    ``slots``: sequences per instance (``None``: the recorded engine's); ``failures``: the
+    ``[failures]`` section (``None``: absent)."""
 
     gpu: GpuProfile
     gpus: int
@@ -76,6 +92,7 @@ class Cluster:
     recorded: Recorded
     requests_per_step: int | None = None
     slots: int | None = None
+    failures: Failures | None = None
 
     @property
     def instances(self) -> int:
@@ -215,7 +232,19 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "parallelism": ("tp", "pp", "dp", "ep", "rollout_tp"),
     "recorded": ("gpu", "gpus", "params_b", "rollout_tp", *FIGURES),
     "job": ("requests_per_step", "slots"),
+    "failures": ("gpu_mtbf_hours", "checkpoint_s", "restart_s", "snapshot_s", "recover_s"),
 }
+
+
+def _failures(r: _Reader, table: dict) -> Failures | None:
+    fields = {k: r.number(table, "failures", k, whole=False, least=1e-9 if k == "gpu_mtbf_hours" else 0.0,
+                          default=None if k in ("snapshot_s", "recover_s") else ...,
+                          fix="see docs/plan.md, [failures]") for k in SECTIONS["failures"]}
+    if any(fields[k] is None for k in ("gpu_mtbf_hours", "checkpoint_s", "restart_s")):
+        return None
+    r.check((fields["snapshot_s"] is None) == (fields["recover_s"] is None),
+            "[failures] snapshot_s and recover_s: give both (resilience's snapshot and recovery) or neither")
+    return Failures(**fields)
 
 
 def parse_cluster(data: Mapping[str, Any], source: str = "<mapping>") -> Cluster:
@@ -225,7 +254,7 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<mapping>") -> Cluster
     r = _Reader(data, problems)
     for name in sorted(set(data) - set(SECTIONS)):
         problems.append(f"[{name}]: unknown section; known: {', '.join(SECTIONS)}")
-    tables = {name: r.section(name, known, required=name not in ("links", "job"))
+    tables = {name: r.section(name, known, required=name not in ("links", "job", "failures"))
               for name, known in SECTIONS.items()}
     gpus = r.number(tables["gpu"], "gpu", "count", whole=True, least=1, fix="the target cluster's GPU count")
     gpu = _gpu(r, tables["gpu"] | tables["links"], "gpu") if tables["gpu"] else None
@@ -233,9 +262,10 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<mapping>") -> Cluster
     parallelism = _parallelism(r, tables["parallelism"], gpus, model) if tables["parallelism"] else None
     recorded = _recorded(r, tables["recorded"]) if tables["recorded"] else None
     job = {k: r.number(tables["job"], "job", k, whole=True, least=1, default=None) for k in SECTIONS["job"]}
+    failures = _failures(r, tables["failures"]) if tables["failures"] else None
     if problems:
         raise ClusterError(source, problems)
-    return Cluster(gpu, gpus, model, parallelism, recorded, **job)
+    return Cluster(gpu, gpus, model, parallelism, recorded, **job, failures=failures)
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -249,4 +279,4 @@ def load_cluster(path: str | Path) -> Cluster:
     return parse_cluster(data, str(path))
 
 
-__all__ = ["Cluster", "ClusterError", "Model", "Parallelism", "Recorded", "load_cluster", "parse_cluster"]
+__all__ = ["Cluster", "ClusterError", "Failures", "Model", "Parallelism", "Recorded", "load_cluster", "parse_cluster"]

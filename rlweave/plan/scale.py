@@ -40,7 +40,7 @@ ASSUMPTIONS: dict[str, str] = {
     "sampled-tail": "beyond the simulated instances, the step waits for the slowest of all: the tail of a normal "
                     "fitted to the sampled instances' makespans at the 1 - 1/(instances+1) quantile",
 }
-_FLOP_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+FLOP_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
 _HOST_STAGES = ("reward", "adv")
 
 
@@ -118,7 +118,7 @@ def _other_stages(job: JobRecord, cluster: Cluster, requests: int) -> dict[str, 
     sync = cluster.model.params_b / rec.params_b * rec.gpu.nvlink_gbs / gpu.nvlink_gbs
     out = {}
     for name, seconds in job.stage_s().items():
-        if name in _FLOP_STAGES:
+        if name in FLOP_STAGES:
             out[name] = Figure(seconds * flops, MODELLED)
         elif name == "weight_sync":
             out[name] = Figure(seconds * sync, MODELLED)

@@ -1,0 +1,198 @@
+"""Per-plugin predictions on the generation side: StreamRL's pools (stream_generation), Heddle's
+placement and priority (agentic_rollout), FastServe's preemptive queue (preemptive_serving).
+
+Each runs the plugin's own planner or the plugin's own placement on :mod:`rlweave.sim` (one
+model, no other simulator) on a *slice* of the cluster (assumption ``slice``): a few instances
+with their share of the step's requests, simulated whole; the slice's ratio of the plugin's step
+to the default's is applied to verl's default step on the whole cluster.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rlweave.plan.prediction import UPDATE_STAGES, Baseline, PluginPrediction, no_prediction
+from rlweave.plugins.agentic_rollout.placement import TrajectoryLoad, presorted_balance
+from rlweave.plugins.stream_generation.planner import (
+    GenerationProfile,
+    HardwarePool,
+    PlanError,
+    PlanMode,
+    TrainingProfile,
+    Workload,
+    plan,
+)
+from rlweave.sim import ArrivalOrder, KeepRunning, Request, ShortestRemaining, ShortestRemainingPreempts, Simulator
+from rlweave.sim.learned import ExpectedRemaining
+from rlweave.sim.trajectories import Trajectory, run_trajectories
+
+SIMULATED = "SIMULATED"
+SLICE_INSTANCES = 8  # generation instances in a slice (fewer where the cluster has fewer)
+# async's slice: StreamRL's async simulation grows with the square of the slice's requests
+ASYNC_SLICE_INSTANCES = 2
+MINIBATCHES = 4  # assumption minibatches: verl's default train batch over its ppo mini batch
+GROUP = 8  # assumption groups: responses per prompt (GRPO's n), which StreamRL dispatches together
+
+
+def _slice_devices(base: Baseline, instances: int = SLICE_INSTANCES) -> int:
+    """A slice of whole generation instances and whole training replicas (tp x pp)."""
+    par = base.cluster.parallelism
+    unit = math.lcm(par.rollout_tp, par.tp * par.pp)
+    return min(base.cluster.gpus, unit * max(1, instances * par.rollout_tp // unit))
+
+
+def _profile(base: Baseline) -> GenerationProfile:
+    """The target engine as StreamRL's throughput table (prefill amortized over tokens)."""
+    slots = base.step.engine.slots
+    batches = sorted({*(2 ** i for i in range(int(math.log2(slots)) + 1)), slots})
+    return GenerationProfile(tuple(batches), tuple(b / base.effective_iteration_s(b) for b in batches),
+                             devices=base.cluster.parallelism.rollout_tp)
+
+
+def predict_stream(base: Baseline, mode: PlanMode = PlanMode.ON_POLICY, seed: int = 0, instances: int | None = None,
+                   train_factor: float = 1.0, default_train_factor: float = 1.0,
+                   default_s: float | None = None) -> PluginPrediction:
+    """StreamRL's planner on a slice of ``instances`` generation instances: the best split into
+    generation and training instances in ``mode``, against its own colocated (verl's sync)
+    prediction of the same slice, whose ratio is applied to ``default_s`` (verl's default step).
+    A composable set scales the training stages by ``train_factor`` with the plugin and by
+    ``default_train_factor`` in the default (overlap's TP collectives, hidden and exposed)."""
+    name = f"stream_generation ({mode.value})"
+    c, par = base.cluster, base.cluster.parallelism
+    default_s = base.step.step_s if default_s is None else default_s
+    devices = _slice_devices(base, instances or (ASYNC_SLICE_INSTANCES if mode is PlanMode.ASYNC else SLICE_INSTANCES))
+    requests = GROUP * max(MINIBATCHES, round(base.step.requests_per_instance * devices / par.rollout_tp / GROUP))
+    host = base.seconds("reward", "adv")
+    if base.train_s + host <= 0:
+        return no_prediction(name, default_s, "the trace holds no training stage to overlap generation with")
+    replica = par.tp * par.pp
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice(base.job.output_lengths, requests).reshape(-1, GROUP)
+    workload = Workload(lengths, max(1, len(lengths) // MINIBATCHES), weight_sync_s=base.seconds("weight_sync"))
+
+    def pool(factor: float) -> HardwarePool:
+        train_s = base.train_s * factor + host
+        per_sample = train_s * devices / (requests * replica)  # each replica trains its share in train_s
+        deferred = base.seconds(*UPDATE_STAGES) * factor / train_s
+        return HardwarePool("gpu", devices, _profile(base), TrainingProfile(per_sample, replica, deferred))
+
+    try:
+        colocated = plan([pool(default_train_factor)], workload, PlanMode.COLOCATED)
+        best = plan([pool(train_factor)], workload, mode)
+    except (PlanError, RuntimeError) as error:  # RuntimeError: simulate_async found no steady step
+        return no_prediction(name, default_s, f"StreamRL's planner: {error}")
+    gen_devices, train_devices = best.devices["gpu"]
+    engine = base.step.engine
+    work = (lengths.sum() * base.effective_iteration_s(engine.slots) / engine.slots * par.rollout_tp
+            + (base.train_s + host) * devices) / devices + workload.weight_sync_s  # every GPU busy, no comm
+    scale = default_s / colocated.step_s
+    share = c.gpus / devices
+    settings = {"generation_gpus": round(gen_devices * share), "training_gpus": round(train_devices * share),
+                "generation_instances": round(best.generation.get("gpu", 0) * share),
+                "slice": f"{devices} GPUs, {requests} requests"}
+    return PluginPrediction(name, default_s, best.step_s * scale, work * scale, SIMULATED, settings,
+                            f"StreamRL's planner on a slice of {devices} GPUs; its colocated step is verl's")
+
+
+def _trajectories(base: Baseline, count: int, rng: np.random.Generator) -> list[Trajectory]:
+    """``count`` trajectories like the recorded ones: turns and tool time of a recorded trajectory,
+    each turn's tokens drawn from the recorded lengths (assumption ``turn-lengths``)."""
+    recorded = base.job.trajectories
+    prompt = int(round(base.job.mean_prompt_tokens))
+    out = []
+    for k in rng.integers(len(recorded), size=count):
+        t = recorded[k]
+        turns = max(t.turns, 1)
+        out.append(Trajectory(tuple(int(n) for n in rng.choice(base.job.output_lengths, turns)),
+                              t.tool_s / max(turns - 1, 1), prompt))
+    return out
+
+
+def predict_agentic(base: Baseline, seed: int = 0, instances: int = SLICE_INSTANCES) -> PluginPrediction:
+    """Heddle on a slice of instances: verl's balancer (trajectories spread evenly, turns first
+    come first served) against Heddle's presorted balance with longest-remaining-first turns, as
+    the oracle (true remaining tokens and tool time) and as a non-clairvoyant index policy (the
+    learned distribution of turns: expected remaining turns given those done)."""
+    name = "agentic_rollout"
+    if not base.job.trajectories:
+        return no_prediction(name, base.step.step_s, "the trace holds no agent-loop trajectory (trajectory_* "
+                                                     "events): record an agentic job with tracing on")
+    engines = min(base.cluster.instances, instances)
+    turns = np.array([max(t.turns, 1) for t in base.job.trajectories])
+    per_engine = max(1, round(base.step.requests_per_instance / turns.mean()))
+    rng = np.random.default_rng(seed)
+    trajs = _trajectories(base, engines * per_engine, rng)
+    engine = base.step.engine
+    even = [k % engines for k in range(len(trajs))]
+    loads = [TrajectoryLoad(str(k), float(sum(t.turns)), t.tool_s * (len(t.turns) - 1)) for k, t in enumerate(trajs)]
+    heddle = presorted_balance(loads, [str(e) for e in range(engines)], engine, {})
+    placed = [int(heddle[str(k)]) for k in range(len(trajs))]
+    full = base.effective_iteration_s(engine.slots)  # a token of a busy engine
+
+    def oracle(k: int, done: int) -> float:
+        t = trajs[k]
+        return -(sum(t.turns[done:]) * full + t.tool_s * (len(t.turns) - 1 - done))
+
+    learned = ExpectedRemaining(turns)
+
+    def index(k: int, done: int) -> float:
+        return -learned.expected(done)
+
+    fcfs = run_trajectories(trajs, engine, even, engines).max()
+    figures = {"verl (even, FCFS)": fcfs,
+               "non-clairvoyant (even, expected remaining turns)": run_trajectories(trajs, engine, even, engines,
+                                                                                    index).max(),
+               "Heddle oracle (presorted, longest remaining)": run_trajectories(trajs, engine, placed, engines,
+                                                                                oracle).max()}
+    critical = max(sum(t.turns) * engine.iteration_s(1) + t.tool_s * (len(t.turns) - 1) for t in trajs)
+    work = sum(sum(t.turns) for t in trajs) * base.effective_iteration_s(engine.slots) / engine.slots / engines
+    rest = base.step.step_s - base.generate_s
+    scale = base.generate_s / fcfs
+    return PluginPrediction(
+        name, base.step.step_s, rest + figures["Heddle oracle (presorted, longest remaining)"] * scale,
+        rest + max(critical, work) * scale, SIMULATED,
+        {"placement": "presorted balance (longest predicted first)", "priority": "longest remaining first",
+         "slice": f"{engines} instances x {per_engine} trajectories"},
+        "Heddle with true remaining work (its predictor's ceiling) on a slice; the step's generation is "
+        "the slice's ratio times verl's", {k: v / fcfs for k, v in figures.items()})
+
+
+def _serve(lengths: np.ndarray, engine, prompt: int, order, preemption) -> tuple[float, float]:
+    sim = Simulator([engine], order=order, preemption=preemption)
+    sim.submit([Request(i, 0.0, int(n), prompt) for i, n in enumerate(lengths)])
+    finish = sim.run().finish_array()
+    return float(finish.max()), float(finish.mean())
+
+
+def predict_serving(base: Baseline, seed: int = 0, instances: int = 4) -> PluginPrediction:
+    """FastServe's question on ``instances`` sampled generation instances: first come first
+    served against preempting by expected remaining tokens (the learned length distribution:
+    the non-clairvoyant index FastServe's MLFQ approximates) and by true remaining tokens (the
+    SRPT oracle). A sync step submits every request at once and waits for the last, so the step
+    follows the makespan; the mean request latency is the serving figure."""
+    engine, prompt = base.step.engine, int(round(base.job.mean_prompt_tokens))
+    learned = ExpectedRemaining(base.job.output_lengths)
+    rng = np.random.default_rng(seed)
+    policies = {"FCFS": (ArrivalOrder(), KeepRunning()),
+                "non-clairvoyant (expected remaining)": (learned, ShortestRemainingPreempts()),
+                "oracle (SRPT)": (ShortestRemaining(), ShortestRemainingPreempts())}
+    makespan = {k: 0.0 for k in policies}
+    latency = {k: 0.0 for k in policies}
+    for _ in range(instances):
+        lengths = rng.choice(base.job.output_lengths, base.step.requests_per_instance)
+        for k, (order, preemption) in policies.items():
+            m, mean = _serve(lengths, engine, prompt, order, preemption)
+            makespan[k] += m
+            latency[k] += mean
+    ratio = makespan["non-clairvoyant (expected remaining)"] / makespan["FCFS"]
+    rest = base.step.step_s - base.generate_s
+    figures = {f"mean latency, {k}": latency[k] / latency["FCFS"] for k in policies}
+    figures |= {f"makespan, {k}": makespan[k] / makespan["FCFS"] for k in policies}
+    bound = base.generation_bound_s(base.step.requests_per_instance) * base.generate_s / (makespan["FCFS"] / instances)
+    return PluginPrediction(
+        "preemptive_serving", base.step.step_s, rest + base.generate_s * ratio, rest + min(bound, base.generate_s),
+        SIMULATED, {"queue order": "expected remaining tokens (learned lengths)", "preemption": "KV kept"},
+        "the non-clairvoyant index on the recorded lengths stands for FastServe's MLFQ (its ceiling); preempted "
+        "KV is kept at no cost; it changes latency, not the step's last finish", figures)

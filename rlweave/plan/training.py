@@ -1,0 +1,143 @@
+"""Per-plugin predictions on the training side: FLUX's overlapped TP linears (overlap), the
+checkpoint interval under failures (resilience), and why stage fusion and ReLibra give none.
+
+Overlap runs the plugin's own timeline model (:mod:`rlweave.plugins.overlap.choose`) on each TP
+linear of a transformer layer; resilience is Young's interval on the cluster file's failure
+figures. Both are MODELLED.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from rlweave.plan.gpus import DEFAULTS
+from rlweave.plan.prediction import FLOP_STAGES, UPDATE_STAGES, Baseline, PluginPrediction, no_prediction
+from rlweave.plugins.overlap.choose import best
+from rlweave.plugins.overlap.model import DeviceProfile, Shape
+from rlweave.plugins.overlap.profiles import BUILTIN
+
+MODELLED = "MODELLED"
+FFN = 4  # assumption linears: a layer's linears are QKV and out (h x 3h, h x h) and an MLP of 4h
+MAX_CHUNKS = 8
+
+
+def overlap_device(base: Baseline) -> DeviceProfile:
+    """Overlap's H100 profile scaled to the target by the datasheet ratios (GEMM by dense FLOP/s,
+    links by NVLink, local adds by HBM): assumption ``overlap-device``."""
+    h100, gpu = DEFAULTS["H100_SXM"], base.cluster.gpu
+    ref = BUILTIN["h100-nvlink"]
+    link = gpu.nvlink_gbs / h100.nvlink_gbs
+    return replace(ref, name=f"{gpu.name} (scaled from h100-nvlink)", gemm_flops=ref.gemm_flops * gpu.bf16_tflops
+                   / h100.bf16_tflops, link_bps=ref.link_bps * link, collective_bps=ref.collective_bps * link,
+                   memory_bps=ref.memory_bps * gpu.hbm_tbs / h100.hbm_tbs)
+
+
+def _linears(base: Baseline) -> dict[str, tuple[Shape, Shape]]:
+    """(forward, input-gradient) shapes of one TP rank for a layer's four linears; the rows are
+    one sequence of the recorded mean prompt and response (a micro-batch of one)."""
+    h, tp = base.cluster.model.hidden, base.cluster.parallelism.tp
+    m = tp * math.ceil((base.job.mean_prompt_tokens + base.mean_length) / tp)
+    out = {}
+    for name, kind, k, n in (("qkv", "column", h, 3 * h), ("proj", "row", h, h),
+                             ("fc1", "column", h, FFN * h), ("fc2", "row", FFN * h, h)):
+        if kind == "column":
+            out[name] = (Shape("ag_gemm", m, n // tp, k, tp), Shape("gemm_rs", m, k, n // tp, tp))
+        else:
+            out[name] = (Shape("gemm_rs", m, n, k // tp, tp), Shape("ag_gemm", m, k // tp, n, tp))
+    return out
+
+
+def predict_overlap(base: Baseline) -> PluginPrediction:
+    """FLUX's tile-level overlap of each TP linear's collective with its GEMM. verl's default here
+    exposes each collective after (or before) its GEMM, which the default step's training model
+    leaves out (``train-flops``): this row adds it to both sides, so its ratio is comm exposed
+    against comm overlapped. Assumption ``linear-bound``: the training stages' time is their
+    linears' GEMMs (forward; an update adds the input and weight gradients, twice the forward)."""
+    name = "overlap"
+    tp = base.cluster.parallelism.tp
+    if tp < 2:
+        return no_prediction(name, base.step.step_s, "tp = 1: no tensor-parallel collective to overlap")
+    if base.train_s <= 0:
+        return no_prediction(name, base.step.step_s, "the trace holds no training stage")
+    exposed, left, settings = overlap_extra_s(base)
+    return PluginPrediction(name, base.step.step_s + exposed, base.step.step_s + left, base.step.step_s, MODELLED,
+                            settings,
+                            "verl's default here includes the TP collectives (exposed); forward-only stages "
+                            "pay the forward ones; pipeline and data-parallel communication not modelled")
+
+
+def overlap_extra_s(base: Baseline) -> tuple[float, float, dict[str, object]]:
+    """Seconds the TP collectives add to the training stages (exposed, as verl's default runs
+    them; left over, as FLUX's tiles overlap them), and the settings chosen."""
+    device = overlap_device(base)
+    gemm, exposed, left = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # forward, input gradient
+    chunks, rows = {}, 0
+    for linear, shapes in _linears(base).items():
+        tile = [best(device, s, "tile", MAX_CHUNKS) for s in shapes]
+        for d, p in enumerate(tile):
+            gemm[d] += p.gemm_nonsplit_s
+            exposed[d] += p.sequential_s - p.gemm_nonsplit_s
+            left[d] += min(max(p.time_s, p.gemm_nonsplit_s), p.sequential_s) - p.gemm_nonsplit_s
+        chunks[linear] = "/".join(str(p.chunks_per_rank) for p in tile)
+        rows = shapes[0].m
+    forward = base.seconds(*(s for s in FLOP_STAGES if s not in UPDATE_STAGES)) / gemm[0]
+    update = base.seconds(*UPDATE_STAGES) / (2 * gemm[0] + gemm[1])  # forward, weight and input gradients
+    settings = {"backend": "tile (FLUX)", "chunks per rank (fwd/bwd)": chunks, "rows": rows, "device": device.name}
+    return forward * exposed[0] + update * sum(exposed), forward * left[0] + update * sum(left), settings
+
+
+def young_interval_s(save_s: float, mtbf_s: float, step_s: float) -> float:
+    """Young's interval ``sqrt(2 save mtbf)``, never shorter than a step."""
+    return max(math.sqrt(2 * save_s * mtbf_s), step_s)
+
+
+def lost_share(save_s: float, restart_s: float, mtbf_s: float, step_s: float) -> tuple[float, float]:
+    """(share of time lost per unit of work, interval): saving every interval, and per failure
+    the restart and half an interval redone."""
+    tau = young_interval_s(save_s, mtbf_s, step_s)
+    return save_s / tau + (restart_s + tau / 2) / mtbf_s, tau
+
+
+def predict_resilience(base: Baseline) -> PluginPrediction:
+    """verl's default (checkpoints to storage, a job restart per failure) against resilience's
+    host-memory snapshots and group rebuild, each at Young's interval for the cluster's failure
+    rate. The step is the failure-free step times one plus the share lost: the default's over
+    resilience's is the ETTR ratio. The bound is no failure at all."""
+    name = "resilience"
+    f = base.cluster.failures
+    if f is None:
+        return no_prediction(name, base.step.step_s, "no [failures] in the cluster file: give gpu_mtbf_hours, "
+                                                     "checkpoint_s, restart_s, snapshot_s and recover_s")
+    step = base.step.step_s
+    mtbf = f.gpu_mtbf_hours * 3600 / base.cluster.gpus
+    lost, tau = lost_share(f.checkpoint_s, f.restart_s, mtbf, step)
+    if f.snapshot_s is None:
+        return no_prediction(name, step * (1 + lost), "[failures] gives no snapshot_s and recover_s: resilience's "
+                                                      "own costs are needed to predict it")
+    kept, tau_r = lost_share(f.snapshot_s, f.recover_s, mtbf, step)
+    return PluginPrediction(name, step * (1 + lost), step * (1 + kept), step, MODELLED,
+                            {"snapshot_every (steps)": max(1, round(tau_r / step)),
+                             "verl save_freq at Young's interval (steps)": max(1, round(tau / step)),
+                             "cluster MTBF h": round(mtbf / 3600, 2)},
+                            f"ETTR {1 / (1 + lost):.3f} (verl) vs {1 / (1 + kept):.3f} (resilience); a failure "
+                            f"every {mtbf / 3600:.2f} h on {base.cluster.gpus} GPUs")
+
+
+def predict_stage_fusion(base: Baseline) -> PluginPrediction:
+    """RLHFuse fills pipeline bubbles (intra-stage) and migrates the generation tail
+    (inter-stage); neither has a baseline to gain on here."""
+    return no_prediction("stage_fusion", base.step.step_s,
+                         "the default's training model has no pipeline bubbles to fill (train-flops) and the trace "
+                         "holds no per-micro-batch costs; the generation-tail migration's model is not yet on "
+                         "rlweave.sim")
+
+
+def predict_replay_balance(base: Baseline) -> PluginPrediction:
+    """ReLibra balances expert loads; a trace of stage spans holds none."""
+    if base.cluster.model.experts == 0:
+        reason = "a dense model (experts = 0): no expert load to balance"
+    else:
+        reason = ("the trace holds no expert routing (per-expert token loads per micro-batch); ReLibra's planner "
+                  "needs them to choose slots")
+    return no_prediction("replay_balance", base.step.step_s, reason)
