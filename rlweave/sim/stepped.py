@@ -136,7 +136,8 @@ class SteppedSimulator(Simulator):
         """One iteration, its wall time the listener's, after the prefill of the requests new to
         the engine (and any stall a move left it)."""
         e = self._engines[engine]
-        new = tuple(i for i in e.running if i not in self._prefilled)
+        every = len(self._prefilled) == len(self.requests)  # the common case: nothing new to look for
+        new = () if every else tuple(i for i in e.running if i not in self._prefilled)
         prefill = sum(self.requests[i].prompt_tokens + self.requests[i].output_tokens - self.left[i] for i in new)
         self._prefilled.update(new)
         stall = e.model.prefill_s_per_token * prefill + e.carry_s
