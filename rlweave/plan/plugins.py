@@ -62,6 +62,7 @@ class Fidelity:
     serving_instances: int = 4
 
 
+SHOWN = 5e-4  # a move the printed ratio (three places) cannot show is no move
 CHEAP = Fidelity(sample=8, slice_instances=2, async_instances=2, serving_instances=1)
 
 
@@ -168,7 +169,7 @@ def _sensitivity(job: JobRecord, cluster: Cluster, rows: dict[str, PluginPredict
             if mid is not None and low[n] is not None and high[n] is not None:
                 moves[n].append((max(abs(low[n] - mid), abs(high[n] - mid)),
                                  f"{name} ({low[n]:.3f} at -20%, {high[n]:.3f} at +20%, against {mid:.3f})"))
-    return {n: "; ".join(text for size, text in sorted(m, reverse=True)[:2] if size > 0) or "no input moves it"
+    return {n: "; ".join(text for size, text in sorted(m, reverse=True)[:2] if size >= SHOWN) or "no input moves it"
             for n, m in moves.items()}
 
 
