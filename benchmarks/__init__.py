@@ -76,5 +76,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "verl's own GRPO trainer on CPU: seconds per step, stage shares, resume"),
         Benchmark("resilience", "rlweave.benchmarks.resilience", ("verl", "vllm"), ".venv-verl",
                   "MegaScale resilience: detection, recovery, lost work, overhead and ETTR vs verl's resume path"),
+        Benchmark("plan", "rlweave.benchmarks.plan", ("numpy",), ".venv",
+                  "rlweave plan's predictions against the CPU rig's stored bench results (not rerun; simulated)"),
     )
 }

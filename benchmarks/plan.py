@@ -1,0 +1,129 @@
+"""``rlweave bench plan``: the planner's predictions against the CPU rig's stored measurements.
+
+Nothing is rerun: each stored ``bench-results/*.json`` that the planner can read is turned into
+the planner's input (the run's own engine model, workload and setup, as its trace would give
+them), planned with :mod:`rlweave.plan` on that same setup, and its prediction set beside the
+measured ratio: error ``|predicted / measured - 1|``, goal within 0.15 for every plugin
+(issue 44). A plugin without a stored measurement, or whose stored JSON holds nothing the
+planner reads, gets a row that says so and no error.
+
+Readable today: ``rlweave bench agentic`` (its engine cost model, its seeded workloads, its
+instances and slots), compared on verl's makespan over the oracle's (Heddle with true remaining
+work; the planner's oracle is presorted placement and longest-remaining-first turns without the
+benchmark's migration at tool calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlweave.benchmarks import BenchResult
+from rlweave.benchmarks.agentic_workload import synthetic
+from rlweave.plan import parse_cluster, predict_step
+from rlweave.plan.generation import predict_agentic
+from rlweave.plan.prediction import Baseline
+from rlweave.plan.record import Iterations, JobRecord, Trajectory
+from rlweave.sim import EngineModel
+
+GOAL = 0.15
+PLUGINS = ("stream_generation", "agentic_rollout", "preemptive_serving", "overlap", "resilience", "stage_fusion",
+           "replay_balance")
+ORACLE = "Heddle oracle (presorted, longest remaining)"
+SAME = {"kind": "measured", "bf16_tflops": 1.0, "hbm_tbs": 1.0}  # recorded on the setup it is planned for
+SAME_LINKS = {"nvlink_gbs": 1.0, "network_gbs": 1.0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="bench-results", help="folder of stored bench JSON files (read only)")
+
+
+def _option(argv: list[str], name: str, default: int) -> int:
+    return int(argv[argv.index(name) + 1]) if name in argv else default
+
+
+def _agentic_rows(record: dict, source: str) -> list[dict]:
+    """One comparison per workload of a stored ``bench agentic`` run."""
+    cost, argv = record["details"]["cost_model"], record.get("argv", [])
+    engine = EngineModel(cost["base_s"], cost["per_seq_s"], cost["slots"], cost["prefill_s_per_token"])
+    instances = _option(argv, "--instances", 2)
+    rows = []
+    for name, workload in record["details"]["workloads"].items():
+        batch = workload["batches"][0]
+        trajs = synthetic(batch["seed"], workload=name)
+        lengths = np.array([n for t in trajs for n in t.turn_tokens])
+        verl_s = float(np.median(batch["makespan_s"]["verl"]))
+        job = JobRecord(source, {1: {"generate": verl_s}}, lengths,
+                        Iterations(np.zeros(0, int), np.zeros(0, int), np.zeros(0)),
+                        tuple(f"engine{i}" for i in range(instances)), engine.slots, engine,
+                        float(np.mean([t.prompt_len for t in trajs])),
+                        tuple(Trajectory(t.id, len(t.turn_tokens), float(sum(t.tool_s))) for t in trajs))
+        cluster = parse_cluster({
+            "gpu": SAME | {"count": instances}, "links": SAME_LINKS,
+            "model": {"params_b": 1.0, "layers": 1, "hidden": 1},
+            "parallelism": {"tp": 1, "pp": 1, "dp": instances, "rollout_tp": 1},
+            "recorded": {"gpu": "measured", "gpus": instances, "params_b": 1.0, **SAME_LINKS,
+                         "bf16_tflops": 1.0, "hbm_tbs": 1.0},
+            "job": {"requests_per_step": len(lengths), "slots": engine.slots}}, source)
+        base = Baseline(job, cluster, predict_step(job, cluster))
+        predicted = float(1 / predict_agentic(base, instances=instances).policies[ORACLE])
+        measured = float(record["headline"][name]["oracle_makespan_ratio"])
+        rows.append({"plugin": "agentic_rollout", "case": f"{name}: verl over oracle", "source": source,
+                     "predicted": predicted, "measured": measured, "error": abs(predicted / measured - 1)})
+    return rows
+
+
+READERS = {"agentic": _agentic_rows}
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    rows: list[dict] = []
+    for path in sorted(Path(args.results).glob("*.json")):
+        record = json.loads(path.read_text())
+        reader = READERS.get(record.get("benchmark", ""))
+        if reader:
+            rows += reader(record, str(path))
+    compared = {r["plugin"] for r in rows}
+    missing = {p: "no stored CPU-rig result the planner reads" for p in PLUGINS if p not in compared}
+    errors = {p: float(max(r["error"] for r in rows if r["plugin"] == p)) for p in compared}
+    worst = max(errors.values(), default=None)
+    table = [["plugin", "case", "predicted (SIMULATED)", "measured", "error"]]
+    table += [[r["plugin"], r["case"], f"{r['predicted']:.3f}", f"{r['measured']:.3f}", f"{r['error']:.3f}"]
+              for r in rows]
+    table += [[p, why, "-", "-", "-"] for p, why in missing.items()]
+    headline = {"max_planner_error_cpu": worst, "goal": GOAL,
+                "goal_met": None if worst is None else bool(worst <= GOAL), "error_per_plugin": errors,
+                "not_compared": missing, "max_paper_error": None,
+                "paper_checks": "not built (docs/plan.md, Not built yet)"}
+    regime = (f"stored results in {args.results}/ (not rerun); predictions SIMULATED by rlweave.plan on each run's "
+              f"own setup and engine model; measured ratios from the CPU rig")
+    return BenchResult(headline, table, regime, {"rows": rows})
+
+
+def plot(result: BenchResult, path: Path) -> Path:
+    """Predicted against measured, one pair of bars per case, the goal's band drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result.details["rows"]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2), 3.6))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["measured"] for r in rows], 0.4, label="measured (CPU rig)")
+    ax.bar(x + 0.2, [r["predicted"] for r in rows], 0.4, label="predicted (SIMULATED)")
+    for i, r in enumerate(rows):
+        ax.plot([i - 0.4, i + 0.4], [r["measured"] * (1 - GOAL)] * 2, "k:", lw=1)
+        ax.plot([i - 0.4, i + 0.4], [r["measured"] * (1 + GOAL)] * 2, "k:", lw=1)
+    ax.set_xticks(x, [f"{r['plugin']}\n{r['case']}" for r in rows], fontsize=7)
+    ax.set_ylabel("ratio (verl over the policy)")
+    ax.set_title(f"rlweave bench plan: planner vs CPU rig (dotted: +-{GOAL:.0%})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

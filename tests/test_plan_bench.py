@@ -1,0 +1,41 @@
+"""``rlweave bench plan``: the planner against the CPU rig's stored results, read, never rerun.
+The stored ``bench agentic`` run becomes the planner's input (its engine model, its seeded
+workloads, its instances and slots); every other plugin says it has nothing to compare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlweave.benchmarks.plan import GOAL, PLUGINS, plot, run
+
+STORED = Path(__file__).resolve().parents[1] / "bench-results" / "agentic-depth-mix.json"
+
+
+def test_the_stored_agentic_run_is_planned_on_its_own_setup_and_compared(tmp_path):
+    shutil.copy(STORED, tmp_path / "agentic.json")
+    (tmp_path / "unreadable.json").write_text(json.dumps({"benchmark": "overhead", "headline": {}}))
+    result = run(argparse.Namespace(results=str(tmp_path)))
+    rows = {r["case"]: r for r in result.details["rows"]}
+    assert set(rows) == {"depth-mix: verl over oracle", "depth-mix-grouped: verl over oracle"}
+    stored = json.loads(STORED.read_text())["headline"]
+    for case, r in rows.items():
+        assert r["measured"] == stored[case.split(":")[0]]["oracle_makespan_ratio"]
+        assert r["error"] == pytest.approx(abs(r["predicted"] / r["measured"] - 1))
+        assert r["predicted"] > 1  # Heddle's oracle shortens the makespan on both shapes
+    h = result.headline
+    assert h["max_planner_error_cpu"] == max(r["error"] for r in rows.values())
+    assert h["goal_met"] == (h["max_planner_error_cpu"] <= GOAL)
+    assert set(h["not_compared"]) == set(PLUGINS) - {"agentic_rollout"}
+    json.dumps(h)  # --json prints it
+    assert plot(result, tmp_path / "plan.png").stat().st_size > 0
+
+
+def test_without_stored_results_nothing_is_compared_and_it_says_so(tmp_path):
+    h = run(argparse.Namespace(results=str(tmp_path))).headline
+    assert h["max_planner_error_cpu"] is None and h["goal_met"] is None
+    assert set(h["not_compared"]) == set(PLUGINS)
