@@ -5,6 +5,7 @@ serving; a sensitivity line per plugin; the composable sets; 10,000 GPUs in unde
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import replace
 
@@ -185,3 +186,16 @@ def test_the_command_prints_each_plugin_and_its_json(tmp_path, capsys, monkeypat
     names = {r["name"]: r for r in data["plugins"]}
     assert names["overlap"]["label"] == "MODELLED" and names["overlap"]["ratio"] < 1
     assert names["stage_fusion"]["ratio"] is None and "slice" in data["assumptions"]
+
+
+def test_the_plan_draws_one_png_and_names_the_extra_without_matplotlib(tmp_path, capsys, monkeypatch):
+    from rlweave.plan import command
+
+    monkeypatch.setattr(command, "record", lambda directory: job())
+    monkeypatch.setattr(command, "load_cluster", lambda path: cluster())
+    png = tmp_path / "plan.png"
+    assert main(["trace", "--cluster", "c.toml", "--sample", "8", "--no-sensitivity", "--png", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["trace", "--cluster", "c.toml", "--sample", "8", "--no-sensitivity", "--png", str(png)]) == 2
+    assert "--png needs matplotlib, which comes with the bench extra" in capsys.readouterr().err

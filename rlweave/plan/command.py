@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--sample", type=int, default=64,
                         help="generation instances simulated at most (the step is taken from their tail)")
     parser.add_argument("--json", action="store_true", help="print the prediction as one JSON object")
+    parser.add_argument("--png", metavar="PATH", help="also draw the plan as one PNG (needs the bench extra)")
     parser.add_argument("--no-sensitivity", action="store_true",
                         help="skip the sensitivity lines (each input moved by 20%% both ways and rerun)")
     return parser
@@ -91,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
     except (ClusterError, RecordError) as error:
         print(f"rlweave plan: {error}", file=sys.stderr)
         return 2
+    if args.png:
+        from rlweave.plan.figure import draw_plan
+
+        try:
+            draw_plan(plan, args.png)
+        except RuntimeError as error:
+            print(f"rlweave plan: {error}", file=sys.stderr)
+            return 2
     if args.json:
         print(_json(plan.baseline.step, plan))
     else:
