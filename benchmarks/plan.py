@@ -24,7 +24,7 @@ import numpy as np
 from rlweave.benchmarks import BenchResult
 from rlweave.benchmarks.agentic_workload import synthetic
 from rlweave.plan import parse_cluster, predict_step
-from rlweave.plan.generation import predict_agentic
+from rlweave.plan.generation import ORACLE, predict_agentic
 from rlweave.plan.prediction import Baseline
 from rlweave.plan.record import Iterations, JobRecord, Trajectory
 from rlweave.sim import EngineModel
@@ -32,7 +32,6 @@ from rlweave.sim import EngineModel
 GOAL = 0.15
 PLUGINS = ("stream_generation", "agentic_rollout", "preemptive_serving", "overlap", "resilience", "stage_fusion",
            "replay_balance")
-ORACLE = "Heddle oracle (presorted, longest remaining)"
 SAME = {"kind": "measured", "bf16_tflops": 1.0, "hbm_tbs": 1.0}  # recorded on the setup it is planned for
 SAME_LINKS = {"nvlink_gbs": 1.0, "network_gbs": 1.0}
 

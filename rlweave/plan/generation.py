@@ -24,7 +24,15 @@ from rlweave.plugins.stream_generation.planner import (
     Workload,
     plan,
 )
-from rlweave.sim import ArrivalOrder, KeepRunning, Request, ShortestRemaining, ShortestRemainingPreempts, Simulator
+from rlweave.sim import (
+    ArrivalOrder,
+    EngineModel,
+    KeepRunning,
+    Request,
+    ShortestRemaining,
+    ShortestRemainingPreempts,
+    Simulator,
+)
 from rlweave.sim.learned import ExpectedRemaining
 from rlweave.sim.trajectories import Trajectory, run_trajectories
 
@@ -110,6 +118,30 @@ def _trajectories(base: Baseline, count: int, rng: np.random.Generator) -> list[
     return out
 
 
+ORACLE = "Heddle oracle (presorted, longest remaining)"
+INDEX = "non-clairvoyant (even, expected remaining turns)"
+VERL = "verl (even, FCFS)"
+
+
+def _agentic_makespans(base: Baseline, trajs: list[Trajectory], turns: np.ndarray, engines: int) -> dict[str, float]:
+    """The slice's makespan under verl's balancer, the learned index and Heddle's oracle."""
+    engine = base.step.engine
+    even = [k % engines for k in range(len(trajs))]
+    loads = [TrajectoryLoad(str(k), float(sum(t.turns)), t.tool_s * (len(t.turns) - 1)) for k, t in enumerate(trajs)]
+    heddle = presorted_balance(loads, [str(e) for e in range(engines)], engine, {})
+    placed = [int(heddle[str(k)]) for k in range(len(trajs))]
+    full = base.effective_iteration_s(engine.slots)  # a token of a busy engine
+    learned = ExpectedRemaining(turns)
+
+    def oracle(k: int, done: int) -> float:
+        t = trajs[k]
+        return -(sum(t.turns[done:]) * full + t.tool_s * (len(t.turns) - 1 - done))
+
+    return {VERL: run_trajectories(trajs, engine, even, engines).max(),
+            INDEX: run_trajectories(trajs, engine, even, engines, lambda k, done: -learned.expected(done)).max(),
+            ORACLE: run_trajectories(trajs, engine, placed, engines, oracle).max()}
+
+
 def predict_agentic(base: Baseline, seed: int = 0, instances: int = SLICE_INSTANCES) -> PluginPrediction:
     """Heddle on a slice of instances: verl's balancer (trajectories spread evenly, turns first
     come first served) against Heddle's presorted balance with longest-remaining-first turns, as
@@ -122,44 +154,24 @@ def predict_agentic(base: Baseline, seed: int = 0, instances: int = SLICE_INSTAN
     engines = min(base.cluster.instances, instances)
     turns = np.array([max(t.turns, 1) for t in base.job.trajectories])
     per_engine = max(1, round(base.step.requests_per_instance / turns.mean()))
-    rng = np.random.default_rng(seed)
-    trajs = _trajectories(base, engines * per_engine, rng)
+    trajs = _trajectories(base, engines * per_engine, np.random.default_rng(seed))
+    figures = _agentic_makespans(base, trajs, turns, engines)
     engine = base.step.engine
-    even = [k % engines for k in range(len(trajs))]
-    loads = [TrajectoryLoad(str(k), float(sum(t.turns)), t.tool_s * (len(t.turns) - 1)) for k, t in enumerate(trajs)]
-    heddle = presorted_balance(loads, [str(e) for e in range(engines)], engine, {})
-    placed = [int(heddle[str(k)]) for k in range(len(trajs))]
-    full = base.effective_iteration_s(engine.slots)  # a token of a busy engine
-
-    def oracle(k: int, done: int) -> float:
-        t = trajs[k]
-        return -(sum(t.turns[done:]) * full + t.tool_s * (len(t.turns) - 1 - done))
-
-    learned = ExpectedRemaining(turns)
-
-    def index(k: int, done: int) -> float:
-        return -learned.expected(done)
-
-    fcfs = run_trajectories(trajs, engine, even, engines).max()
-    figures = {"verl (even, FCFS)": fcfs,
-               "non-clairvoyant (even, expected remaining turns)": run_trajectories(trajs, engine, even, engines,
-                                                                                    index).max(),
-               "Heddle oracle (presorted, longest remaining)": run_trajectories(trajs, engine, placed, engines,
-                                                                                oracle).max()}
     critical = max(sum(t.turns) * engine.iteration_s(1) + t.tool_s * (len(t.turns) - 1) for t in trajs)
     work = sum(sum(t.turns) for t in trajs) * base.effective_iteration_s(engine.slots) / engine.slots / engines
     rest = base.step.step_s - base.generate_s
-    scale = base.generate_s / fcfs
+    scale = base.generate_s / figures[VERL]
     return PluginPrediction(
-        name, base.step.step_s, rest + figures["Heddle oracle (presorted, longest remaining)"] * scale,
-        rest + max(critical, work) * scale, SIMULATED,
+        name, base.step.step_s, rest + figures[ORACLE] * scale, rest + max(critical, work) * scale, SIMULATED,
         {"placement": "presorted balance (longest predicted first)", "priority": "longest remaining first",
          "slice": f"{engines} instances x {per_engine} trajectories"},
         "Heddle with true remaining work (its predictor's ceiling) on a slice; the step's generation is "
-        "the slice's ratio times verl's", {k: v / fcfs for k, v in figures.items()})
+        "the slice's ratio times verl's", {k: float(v / figures[VERL]) for k, v in figures.items()})
 
 
-def _serve(lengths: np.ndarray, engine, prompt: int, order, preemption) -> tuple[float, float]:
+def _serve(lengths: np.ndarray, engine: EngineModel, prompt: int, order: object,
+           preemption: object) -> tuple[float, float]:
+    """(makespan, mean finish) of ``lengths`` all submitted at once to one engine."""
     sim = Simulator([engine], order=order, preemption=preemption)
     sim.submit([Request(i, 0.0, int(n), prompt) for i, n in enumerate(lengths)])
     finish = sim.run().finish_array()
