@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlweave.benchmarks.plan import GOAL, PLUGINS, plot, run
+from rlweave.benchmarks.plan import GOAL, PAPER_GOAL, PLUGINS, VERL_ASYNC, plot, run
 
 STORED = Path(__file__).resolve().parents[1] / "bench-results" / "agentic-depth-mix.json"
 
@@ -20,7 +20,7 @@ def test_the_stored_agentic_run_is_planned_on_its_own_setup_and_compared(tmp_pat
     shutil.copy(STORED, tmp_path / "agentic.json")
     (tmp_path / "unreadable.json").write_text(json.dumps({"benchmark": "overhead", "headline": {}}))
     result = run(argparse.Namespace(results=str(tmp_path)))
-    rows = {r["case"]: r for r in result.details["rows"]}
+    rows = {r["case"]: r for r in result.details["rows"] if r["kind"] == "cpu"}
     assert set(rows) == {"depth-mix: verl over oracle", "depth-mix-grouped: verl over oracle"}
     stored = json.loads(STORED.read_text())["headline"]
     for case, r in rows.items():
@@ -35,7 +35,24 @@ def test_the_stored_agentic_run_is_planned_on_its_own_setup_and_compared(tmp_pat
     assert plot(result, tmp_path / "plan.png").stat().st_size > 0
 
 
-def test_without_stored_results_nothing_is_compared_and_it_says_so(tmp_path):
-    h = run(argparse.Namespace(results=str(tmp_path))).headline
+@pytest.fixture(scope="module")
+def nothing_stored(tmp_path_factory):
+    return run(argparse.Namespace(results=str(tmp_path_factory.mktemp("empty"))))
+
+
+def test_without_stored_results_nothing_is_compared_and_it_says_so(nothing_stored):
+    h = nothing_stored.headline
     assert h["max_planner_error_cpu"] is None and h["goal_met"] is None
     assert set(h["not_compared"]) == set(PLUGINS)
+
+
+def test_verls_published_async_table_is_planned_from_its_published_stages(nothing_stored):
+    result = nothing_stored
+    papers = [r for r in result.details["rows"] if r["kind"] == "paper"]
+    assert [r["measured"] for r in papers] == [pytest.approx(s / a) for s, _, a in VERL_ASYNC.values()]
+    for r in papers:
+        assert r["error"] == pytest.approx(abs(r["predicted"] / r["measured"] - 1))
+        assert r["settings"]["generation_gpus"] + r["settings"]["training_gpus"] == int(r["case"].split()[2])
+    h = result.headline
+    assert h["max_paper_error"] == max(r["error"] for r in papers)
+    assert h["paper_goal_met"] == (h["max_paper_error"] <= PAPER_GOAL)

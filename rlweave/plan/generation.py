@@ -39,7 +39,7 @@ from rlweave.sim.trajectories import Trajectory, run_trajectories
 SIMULATED = "SIMULATED"
 SLICE_INSTANCES = 8  # generation instances in a slice (fewer where the cluster has fewer)
 # async's slice: StreamRL's async simulation grows with the square of the slice's requests
-ASYNC_SLICE_INSTANCES = 2
+ASYNC_SLICE_INSTANCES = 4
 MINIBATCHES = 4  # assumption minibatches: verl's default train batch over its ppo mini batch
 GROUP = 8  # assumption groups: responses per prompt (GRPO's n), which StreamRL dispatches together
 

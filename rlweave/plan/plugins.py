@@ -58,7 +58,7 @@ class Fidelity:
 
     sample: int = 64
     slice_instances: int = 8
-    async_instances: int = 2
+    async_instances: int = 4
     serving_instances: int = 4
 
 
