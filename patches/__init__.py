@@ -25,6 +25,7 @@ VERL_CPU = "verl-cpu"  # verl's CPU platform is selected (VERL_PLATFORM=cpu)
 EXPERT_PLACEMENT = "expert-placement"  # a plugin decides MoE expert placement (replay_balance)
 REQUEST_PRIORITY = "request-priority"  # a plugin decides engine request priorities (agentic_rollout)
 ROLLOUT_STATE = "rollout-state"  # a rollout plugin keeps learned state with checkpoints (agentic_rollout)
+RLWEAVE_LAYERS = "rlweave-layers"  # a plugin replaces Megatron's layers (replay_balance, overlap)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,15 @@ PATCHES: tuple[Patch, ...] = (
         why="verl has no callback where it hands a step's and a micro-batch's replayed routing to Megatron "
             "(ReLibra plans there)",
         groups=(EXPERT_PLACEMENT,),
+    ),
+    Patch(
+        name="verl_megatron_layer_spec",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.utils.megatron_utils.make_megatron_module",
+        why="verl's Megatron engine builds its model from the bridge's layer spec and takes no other "
+            "(rlweave's ReLibra MoE layer and overlapped linears go in there)",
+        groups=(RLWEAVE_LAYERS,),
     ),
     Patch(
         name="vllm_cpu_keep_weights",
