@@ -158,3 +158,21 @@ def test_the_plugin_plans_each_step_from_the_lengths_of_the_step_before(monkeypa
         assert hook.rlweave_migration_plan(step=FusionStep(2, 4, step.instances, 0, 1.0)).inference_waits is expected
     off = build_config([Setting("stage_fusion.enable", True, "test"), Setting("stage_fusion.migration", False, "test")])
     assert build_plugin_manager(off).hook.rlweave_migration_plan(step=step) is None
+
+
+@pytest.mark.parametrize("most, best", [(23, 7), (63, 41), (511, 3), (511, 502), (2047, 1200)])
+def test_the_threshold_search_finds_the_exhaustive_choice_with_few_predictions(most, best):
+    """Past GRID thresholds the planner searches coarse to fine (trying each of 2,047 thresholds
+    of a large batch, eight simulated steps each, took minutes per training step): on a stage
+    time that falls to the best threshold and rises after it, with plateaus, it finds the
+    exhaustive search's choice (the lowest of the shortest) in a few rounds."""
+    from rlweave.plugins.stage_fusion.migration import GRID, _best_threshold
+
+    def stage_s(r: int) -> float:
+        return 10.0 + abs(r - best) // 2 * 0.01  # a plateau of two around each level
+
+    calls: list[int] = []
+    shortest, r = _best_threshold(lambda t: calls.append(t) or stage_s(t), most)
+    exhaustive = min(range(1, most + 1), key=lambda t: (stage_s(t), t))
+    assert (r, shortest) == (exhaustive, stage_s(exhaustive))
+    assert len(calls) == len(set(calls)) and len(calls) <= (most if most <= GRID else 6 * GRID)

@@ -37,8 +37,9 @@ migrating does not pay.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from rlweave.types import FusionStep, MigrationPlan, RolloutInstance
 
 ORDERS = 8  # dispatch orders the prediction averages over (the balancer's placement is not known ahead)
 MIN_GAIN = 0.01  # a plan must predict a stage at least this much shorter than not migrating
+GRID = 24  # thresholds tried per round: every one up to this many samples, then coarse to fine
 
 
 def engine_cost(base_s: float, per_seq_s: float, prefill_s_per_token: float) -> EngineModel:
@@ -202,18 +204,51 @@ def plan_migration(step: FusionStep, lengths: Sequence[int], engine: EngineModel
                               for o in orders]))
 
     without = predict(0, (), False)
-    candidates = range(1, len(lengths)) if threshold <= 0 else (min(threshold, len(lengths)),)
-    best: tuple[float, int, tuple[str, ...], bool] | None = None
+    fixed = (min(threshold, len(lengths)),) if threshold > 0 else None
+    options = []  # (predicted, destinations used, threshold, inference waits)
     for m in range(1, len(others) + 1):
-        dest = tuple(others[:m])
-        for r in candidates:
-            for waits in (False, True) if inference_waits is None else (inference_waits,):
-                predicted = predict(r, dest, waits)
-                if best is None or predicted < best[0] - 1e-9:
-                    best = (predicted, r, dest, waits)
-    assert best is not None
-    predicted, r, dest, waits = best
+        for waits in (False, True) if inference_waits is None else (inference_waits,):
+            shortest, r = _best_threshold(partial(predict, dest=tuple(others[:m]), waits=waits), len(lengths) - 1,
+                                          fixed)
+            options.append((shortest, m, r, waits))
+    predicted, m, r, waits = _first_shortest(options)
+    dest = tuple(others[:m])
     if threshold <= 0 and predicted > (1 - MIN_GAIN) * without:
         return None
     return MigrationPlan(threshold=r, sources=sources, destinations=dest, predicted_stage_s=predicted,
                          predicted_stage_s_without=without, inference_waits=waits)
+
+
+def _best_threshold(predict: Callable[[int], float], most: int,
+                    fixed: tuple[int, ...] | None = None) -> tuple[float, int]:
+    """The threshold in 1..``most`` (or among ``fixed``) with the shortest predicted stage, and
+    its prediction. Up to ``GRID`` thresholds every one is tried; beyond, a geometric grid (a
+    tail is a few samples, so small thresholds matter most), then the grid between the best
+    point's neighbours, until that bracket is exhausted: a few rounds of about ``GRID``
+    predictions, where trying every threshold grows with the square of the batch."""
+    seen: dict[int, float] = {}
+    candidates = list(fixed) if fixed else _grid(1, most)
+    while True:
+        seen.update((r, predict(r)) for r in candidates)
+        order = sorted(seen)
+        _, best = _first_shortest([(seen[r], r) for r in order])
+        if fixed:
+            return seen[best], best
+        i = order.index(best)
+        candidates = [r for r in _grid(order[max(i - 1, 0)], order[min(i + 1, len(order) - 1)]) if r not in seen]
+        if not candidates:
+            return seen[best], best
+
+
+def _first_shortest(options: list[tuple]) -> tuple:
+    """The option with the shortest prediction (its first field); among those within float noise
+    of it, the first in the order of the other fields (fewest destinations, lowest threshold,
+    inference not waiting), as trying them in that order and keeping the first found did."""
+    shortest = min(o[0] for o in options)
+    return min((o for o in options if o[0] < shortest + 1e-9), key=lambda o: o[1:])
+
+
+def _grid(low: int, high: int) -> list[int]:
+    if high - low + 1 <= GRID:
+        return list(range(low, high + 1))
+    return sorted({int(round(x)) for x in np.geomspace(low, high, GRID)})
