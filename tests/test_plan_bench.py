@@ -57,5 +57,8 @@ def test_verls_published_async_table_is_planned_from_its_published_stages(nothin
     megascale = next(r for r in result.details["rows"] if r["case"].startswith("MegaScale ETTR"))
     assert megascale["measured"] == 0.90 and 0.9 < megascale["predicted"] < 1  # a floor, which it clears
     assert megascale["error"] == 0.0
-    assert h["max_paper_error"] == max(r["error"] for r in [*papers, megascale])
+    flux = [r for r in result.details["rows"] if r["case"].startswith("FLUX")]
+    assert [r["measured"] for r in flux] == [0.40, 0.63, 0.72]
+    assert all(-1 < r["predicted"] < 1 for r in flux)  # an E_overlap
+    assert h["max_paper_error"] == max(r["error"] for r in [*papers, *flux, megascale])
     assert h["paper_goal_met"] == (h["max_paper_error"] <= PAPER_GOAL)
