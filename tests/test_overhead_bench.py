@@ -3,8 +3,8 @@
 import pytest
 
 from rlweave.benchmarks.overhead import check_schedulers, engine_ratios, per_set_medians
-from rlweave.benchmarks.paired_rounds import (bootstrap_median_range, paired_ratios, rotated_order,
-                                              summarise, verdict)
+from rlweave.benchmarks.paired_rounds import (bootstrap_median_range, fastest_ratio, paired_ratios,
+                                              rotated_order, summarise, summarise_fastest, verdict)
 
 
 def test_rotation_puts_every_arm_in_every_position():
@@ -45,6 +45,22 @@ def test_summary_of_a_3_percent_cost_misses_a_2_percent_goal():
     ratios = [0.97 + 0.002 * ((i * 5) % 7 - 3) for i in range(90)]
     s = summarise(ratios, 0.98)
     assert s["median"] == pytest.approx(0.97) and s["verdict"] == "missed" and s["rounds"] == 90
+
+
+def test_fastest_calls_see_a_cost_through_stalls():
+    # A 2% cost; every fifth round of both arms stalled (x3) at different rounds, and half the
+    # rounds slowed by up to 40% by other work: the fastest calls still show 0.98.
+    quiet = [1.0 + 0.005 * ((i * 13) % 17) / 17 for i in range(200)]
+    base = [q + 0.4 * ((i * 7) % 10) / 10 * (i % 2) + (2.0 if i % 5 == 0 else 0.0) for i, q in enumerate(quiet)]
+    arm = [1.02 * (q + 0.4 * ((i * 3) % 10) / 10 * (i % 2)) + (2.0 if i % 5 == 2 else 0.0)
+           for i, q in enumerate(reversed(quiet))]
+    assert fastest_ratio(arm, base) == pytest.approx(1 / 1.02, abs=0.003)
+    s = summarise_fastest(arm, base, goal=0.97)
+    assert s["range95"][0] <= s["ratio"] <= s["range95"][1] and s["verdict"] == "met"
+    assert s["range95"][1] > s["range95"][0]  # the rounds were resampled
+    assert summarise_fastest(arm, base, goal=0.99)["verdict"] == "missed"
+    with pytest.raises(ValueError, match="one time per round"):
+        summarise_fastest(arm[:3], base, goal=0.97)
 
 
 def _calls(seconds: list[float], sets: list[int]) -> list[dict]:
