@@ -8,7 +8,8 @@ evenly over the arms. The ratios' median over many rounds, with a bootstrap perc
 then decides a goal: met where the whole range clears it, missed where the whole range falls
 short, undecided otherwise. Where other work shares the machine, calls stall by up to 10x and
 the median's range stays wide; the ratio of each arm's fastest calls (:func:`fastest_ratio`)
-is then the sharper figure.
+is then the sharper figure for a cost paid in every call, and blind to one paid in some calls
+only (a periodic flush), which the median counts.
 """
 
 from __future__ import annotations
