@@ -5,7 +5,8 @@ upstream's with both off. With ReLibra's layers, one forward and backward equals
 model with the same weights (gloo, EP=2, CPU processes; no expert moves, micro-batch replicas
 only). TransformerEngine, which mbridge's own spec needs, cannot be installed on CPU: the
 worker's unpatched builds take the local backend in its place (``te_stand_in``), and the patch
-does the same where TE is absent."""
+does the same where TE is absent. The patch's Megatron-Bridge branch runs on a stand-in provider
+only: Megatron-Bridge needs Python 3.12 and CUDA packages."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def test_replay_balance_layers_built_by_verls_mbridge_path_equal_upstreams_model
         assert rank["unexpected"] == [] and rank["missing"] and all(
             ".mlp.experts.local_experts.2." in name for name in rank["missing"])  # the spare slots only
         assert rank["homes"] == [[0, 1, -1, 2, 3, -1]] * 2  # Megatron's layout: no expert moved
+        # the Megatron-Bridge branch (provider.transformer_layer_spec), on a stand-in provider
+        assert rank["megatron_bridge"] == {"mlp": ["ReplayBalancedMoELayer"] * 2, "restored": True}
         close(rank["rlweave"]["logits"], rank["reference"]["logits"])
         assert rank["rlweave"]["grads"].keys() == rank["reference"]["grads"].keys()
         for name, grad in rank["reference"]["grads"].items():

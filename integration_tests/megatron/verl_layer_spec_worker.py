@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 
 import torch
 import torch.distributed as dist
@@ -84,6 +85,25 @@ def build(function) -> torch.nn.Module:
     return model[0]
 
 
+def megatron_bridge_branch(config) -> dict:
+    """The patch's Megatron-Bridge branch on a stand-in provider (Megatron-Bridge needs Python
+    3.12 and CUDA packages): its ``transformer_layer_spec`` is a function of the provider and
+    ``vp_stage``, as GPTModelProvider's may be; the local backend stands in for TE."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    from rlweave.patches.verl_megatron_layer_spec import _wrap_provider_spec
+
+    def bridge_spec(provider, vp_stage=None):
+        return get_gpt_decoder_block_spec(provider, use_transformer_engine=False, vp_stage=vp_stage)
+
+    provider = types.SimpleNamespace(transformer_layer_spec=bridge_spec)
+    restore = _wrap_provider_spec(provider)
+    spec = provider.transformer_layer_spec(config, vp_stage=None)  # as GPTModelProvider.provide calls it
+    restore()
+    return {"mlp": [layer.submodules.mlp.func.__name__ for layer in spec.layer_specs],
+            "restored": provider.transformer_layer_spec is bridge_spec}
+
+
 def classes(model: torch.nn.Module) -> dict:
     return {"mlp": [type(layer.mlp).__name__ for layer in model.decoder.layers],
             "linears": sorted({type(m).__name__ for m in model.modules() if "ParallelLinear" in type(m).__name__})}
@@ -136,6 +156,7 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
         record["classes"] = classes(model)
         if record["patched"] and record["classes"]["mlp"][0] == "ReplayBalancedMoELayer":
             record |= compare_with_upstream(rank, model, patched)
+            record["megatron_bridge"] = megatron_bridge_branch(model.config)
     torch.save(record, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
