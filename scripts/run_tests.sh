@@ -43,9 +43,9 @@ run_vllm_scheduler_groups() {
 # (~2 min); Megatron on both releases, the pipeline and SGLang on both releases (~10 min).
 # megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
 # entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
-# router replay), ~3.3 min here.
+# router replay, verl's mbridge build of rlweave's layers), ~4 min here.
 run_side_by_side "run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups" \
-    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang"
+    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang"
 run_group verl_trainer .venv-verl031 integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
 
 echo

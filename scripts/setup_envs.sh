@@ -82,6 +82,9 @@ build_mcore() {
   pipc "$d" 'ray>=2.41.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' \
       codetiming peft datasets cachetools hydra-core uvicorn fastapi
   "$d/bin/pip" install -q --no-deps verl==0.9.1
+  # verl's vanilla-mbridge model build, which rlweave's layer-spec patch is tested through; its
+  # own dependencies are those above (transformers, torch, megatron-core).
+  "$d/bin/pip" install -q --no-deps mbridge==0.15.1
   finish "$d"
   install_rlweave "$d"
 }
@@ -100,6 +103,9 @@ build_mcore018() {
   pipc "$d" 'ray>=2.41.0' 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' \
       codetiming peft datasets cachetools hydra-core uvicorn fastapi
   "$d/bin/pip" install -q --no-deps verl==0.9.1
+  # verl's vanilla-mbridge model build, which rlweave's layer-spec patch is tested through; its
+  # own dependencies are those above (transformers, torch, megatron-core).
+  "$d/bin/pip" install -q --no-deps mbridge==0.15.1
   finish "$d"
   install_rlweave "$d"
 }

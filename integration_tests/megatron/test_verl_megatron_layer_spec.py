@@ -10,16 +10,10 @@ only: Megatron-Bridge needs Python 3.12 and CUDA packages."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
 from test_megatron_adapter import run_ranks
-
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mbridge") is None,
-                                reason="needs mbridge (verl's vanilla_mbridge path): pip install mbridge==0.15.1 --no-deps")
-
 
 def close(actual, expected):
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
