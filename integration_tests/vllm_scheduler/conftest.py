@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# vLLM's own scheduler tests, stored per release: test_vllm_own_scheduler_tests.py runs them in a
+# pytest process of their own, never this one.
+collect_ignore = ["vllm_upstream_tests"]
 VERSION_ENV = "RLWEAVE_VLLM_VERSION"
 RELEASES = ROOT / ".venv-vllmsched" / "vllm"
 
