@@ -41,7 +41,15 @@ from rlweave.frameworks import CPU_DEVICES, DEVICE_SETTINGS, FRAMEWORKS, SETTING
 from rlweave.hookspecs import PROJECT, SPEC_MODULES
 from rlweave.registry import plugins
 from rlweave.requirements import gathered
-from rlweave.patches import EXPERT_PLACEMENT, PATCHES, PLUGINS, REQUEST_PRIORITY, ROLLOUT_STATE, VERL_CPU
+from rlweave.patches import (
+    EXPERT_PLACEMENT,
+    PATCHES,
+    PLUGINS,
+    REQUEST_PRIORITY,
+    RLWEAVE_LAYERS,
+    ROLLOUT_STATE,
+    VERL_CPU,
+)
 from rlweave.types import SettingRequirement
 
 Rows = list[list[str]]
@@ -363,7 +371,8 @@ def verl_settings_table() -> Rows:
 
 WHEN = {PLUGINS: "a plugin is enabled", VERL_CPU: "VERL_PLATFORM=cpu",
         EXPERT_PLACEMENT: "a plugin places MoE experts", REQUEST_PRIORITY: "a plugin sets request priorities",
-        ROLLOUT_STATE: "a rollout plugin keeps learned state"}
+        ROLLOUT_STATE: "a rollout plugin keeps learned state",
+        RLWEAVE_LAYERS: "a plugin replaces Megatron's layers"}
 
 
 def patches_table(envs: Sequence[Environment]) -> Rows:
