@@ -144,3 +144,17 @@ def test_a_fluid_engine_starts_a_request_at_once_and_keeps_fractions_of_a_token(
     assert sim.run().finish_array().tolist() == [4.0]
     with pytest.raises(ValueError, match="whole tokens unless the simulator is fluid"):
         Simulator([EngineModel(base_s=1.0, slots=1)]).submit([Request(0, 0.0, 2.5)])
+
+
+def test_recompute_re_prefills_only_the_requests_that_lost_their_slot() -> None:
+    """Two requests in two slots: when the short one ends, the long one keeps its slot and its
+    KV, so it pays no prefill again (every kept request re-prefilled at each boundary before)."""
+    two = EngineModel(base_s=1.0, slots=2, prefill_s_per_token=0.1)
+    requests = [Request(0, 0.0, 6, 4), Request(1, 0.0, 2, 4)]
+    finishes = {}
+    for preemption in (ShortestRemainingPreempts(), ShortestRemainingPreempts(recompute=True)):
+        sim = Simulator([two], ShortestRemaining(), preemption)
+        sim.submit(requests)
+        finishes[preemption.recompute] = sim.run().finish_array().tolist()
+        assert sum(it.prefill_tokens for it in sim.log) == 8  # each prompt once
+    assert finishes[True] == finishes[False]

@@ -244,14 +244,15 @@ class Simulator:
     def _choose(self, e: _Engine) -> None:
         """Fill the slots from the waiting queue; a preempting rule first returns the running
         requests to it, so that the best ``slots`` of both run."""
+        was_running = e.running if self.preemption.preempts else []
         if self.preemption.preempts:
             for i in e.running:
                 heapq.heappush(e.waiting, (self.order.key(self.requests[i], self.left[i]), i))
-                if self.preemption.recompute:
-                    self._prefilled.discard(i)
             e.running = []
         while e.waiting and len(e.running) < e.slots:
             e.running.append(heapq.heappop(e.waiting)[1])
+        if self.preemption.recompute:  # only the requests that lost their slot lose their KV
+            self._prefilled.difference_update(set(was_running) - set(e.running))
 
     def _start(self, engine: int, start: float) -> None:
         e = self._engines[engine]
