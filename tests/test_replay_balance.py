@@ -275,3 +275,17 @@ def test_free_only_replicas_do_not_lengthen_the_copies():
     assert np.count_nonzero(p2l >= 0) > np.count_nonzero(one_copy >= 0)  # free replicas were there to take
     before = split_shares(load, one_copy, topo.slots_per_rank)[1].max()
     assert rank_loads(load[0], p2l, share[0], topo.slots_per_rank).max() <= before + 1e-9
+
+
+def test_replicas_that_do_not_pay_their_copies_are_cut_back_to_the_layout():
+    """The greedy adds a replica even when alone it does not pay (the next might make it pay),
+    so its sequence is cut at the best prefix by modelled time: where every copy costs more
+    than any token relief, that prefix is empty and the layout comes back as it was."""
+    rng = np.random.default_rng(5)
+    topo = ExpertTopology(16, 1, 4, slots_per_rank=6)
+    layout = home_layout(static_home(topo), topo)[0]
+    load = skewed_loads(rng, 1, 16, tokens=256)[0]
+    expensive = CostModel(token_s=1e-9, expert_bytes=1e12)
+    p2l, share = plan_replication(load, layout, topo, expensive)
+    assert np.array_equal(p2l, layout)
+    assert np.count_nonzero(share) == 16  # each expert on its home slot only
