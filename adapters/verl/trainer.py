@@ -64,6 +64,8 @@ class StageSeam:
         self._rlweave_arounds.append(around)
 
     def _rlweave_stage(self, stage: Stage, worker: str, run: Callable[[], Any], batch: Any = None) -> Any:
+        if not self._rlweave_arounds:
+            return run()
         context = StageContext(stage, int(getattr(self, "global_steps", 0)), worker, _batch_size(batch))
         for around in reversed(self._rlweave_arounds):
             run = partial(around, context, batch, run)
