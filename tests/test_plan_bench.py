@@ -13,7 +13,9 @@ import pytest
 
 from rlweave.benchmarks.plan import GOAL, PAPER_GOAL, PLUGINS, VERL_ASYNC, plot, run
 
-STORED = Path(__file__).resolve().parents[1] / "bench-results" / "agentic-depth-mix.json"
+# A ``rlweave bench agentic --workload depth-mix,depth-mix-grouped`` run on the CPU rig, kept
+# beside the tests: bench-results/ is a local, ignored folder, so a clean checkout has none.
+STORED = Path(__file__).resolve().parent / "data" / "bench-agentic-depth-mix.json"
 
 
 def test_the_stored_agentic_run_is_planned_on_its_own_setup_and_compared(tmp_path):
