@@ -84,6 +84,7 @@ def test_record_reads_stages_requests_iterations_and_turns(traced):
     assert job.engines == ("engine-0",) and job.slots == 16 and len(job.iterations.seconds) == 40
     [trajectory] = job.trajectories
     assert trajectory.turns == 2 and 0.05 <= trajectory.tool_s < 0.1
+    assert trajectory.gaps == (trajectory.tool_s,)  # each gap apart, after its own turn
 
 
 def test_the_fitted_engine_recovers_the_iterations_coefficients(traced):

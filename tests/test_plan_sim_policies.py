@@ -51,3 +51,18 @@ def test_trajectories_keep_their_engine_wait_for_their_tools_and_follow_the_prio
     assert b_first == pytest.approx([1.1 + 0.11 + 1.0 + 0.22, 1.1])  # B, A's turn, its tool, its last turn
     apart = run_trajectories([a, b], engine, [0, 1], 2)
     assert apart == pytest.approx([0.11 + 1.0 + 0.22, 1.1])  # each on its own engine
+
+
+def test_a_trajectorys_tool_gaps_each_follow_their_own_turn():
+    engine = EngineModel(base_s=0.01, per_seq_s=0.0, slots=1)
+    # three turns of 10 tokens (0.1 s each) with 2 tools of 2 s in all; a 150-token turn (1.5 s) queued behind
+    slow_first = Trajectory((10, 10, 10), 1.0, gaps=(2.0, 0.0))
+    even = Trajectory((10, 10, 10), 1.0)
+    other = Trajectory((150,), 0.0)
+    # the other turn runs inside the 2 s gap (0.1 to 1.6 s) and delays nothing: 0.1 + 2 + 0.1 + 0.1
+    assert run_trajectories([slow_first, other], engine, [0, 0], 1)[0] == pytest.approx(2.3)
+    # with 1 s gaps the second turn arrives at 1.1 s and waits for it: 1.6 + 0.1 + 1 + 0.1
+    assert run_trajectories([even, other], engine, [0, 0], 1)[0] == pytest.approx(2.8)
+    assert (slow_first.tool_left(0), slow_first.tool_left(1), even.tool_left(1)) == (2.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="one per turn but the last"):
+        Trajectory((10, 10), 1.0, gaps=(1.0, 1.0))

@@ -15,7 +15,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rlweave.plan.cluster import Cluster
-from rlweave.plan.generation import SIMULATED, predict_agentic, predict_serving, predict_stream
+from rlweave.plan.generation import (
+    AGENTIC_TRAJECTORIES,
+    MAX_DRAWS,
+    SIMULATED,
+    predict_agentic,
+    predict_serving,
+    predict_stream,
+)
 from rlweave.plan.prediction import FLOP_STAGES, Baseline, PluginPrediction, no_prediction
 from rlweave.plan.record import JobRecord
 from rlweave.plan.scale import predict_step
@@ -31,11 +38,14 @@ from rlweave.plugins.stream_generation.planner import PlanMode
 
 PLAN_ASSUMPTIONS: dict[str, str] = {
     "slice": "stream generation, agentic and serving are simulated on a slice of a few instances with their share "
-             "of the requests; the slice's ratio (plugin over default) is applied to the whole cluster's default",
+             "of the requests; the slice's ratio (plugin over default) is applied to the whole cluster's default; "
+             f"agentic slices are drawn until they hold {AGENTIC_TRAJECTORIES} trajectories (at most "
+             f"{MAX_DRAWS} draws) and each figure is the draws' median",
     "prefill-amortized": "StreamRL's throughput table spreads each sequence's prompt prefill over its tokens",
     "groups": "responses come in groups of 8 (GRPO's n), dispatched together; 4 mini-batches a step",
-    "turn-lengths": "an agentic trajectory keeps a recorded trajectory's turns and tool time; each turn's tokens "
-                    "are drawn from the recorded lengths; every turn prefills the mean prompt (no prefix cache)",
+    "turn-lengths": "an agentic trajectory keeps a recorded trajectory's turns and tool gaps (each after its own "
+                    "turn; spread evenly where the trace has only their sum); each turn's tokens are drawn from "
+                    "the recorded lengths; every turn prefills the mean prompt (no prefix cache)",
     "overlap-device": "overlap's H100 profile scaled to the target GPU by dense FLOP/s, NVLink and HBM",
     "linear-bound": "the training stages' time is their TP linears' GEMMs (QKV, out, MLP of 4h), one sequence of "
                     "the mean length per micro-batch",
@@ -53,23 +63,25 @@ SETS = (("stream_generation (on_policy)", "overlap", "resilience"),
 
 @dataclass(frozen=True)
 class Fidelity:
-    """How much is simulated: default-step instances, slice sizes, serving's sampled instances.
-    The sensitivity reruns use a cheaper one."""
+    """How much is simulated: default-step instances, slice sizes, serving's sampled instances,
+    agentic trajectories over its drawn slices. The sensitivity reruns use a cheaper one."""
 
     sample: int = 64
     slice_instances: int = 8
     async_instances: int = 4
     serving_instances: int = 4
+    agentic_trajectories: int = AGENTIC_TRAJECTORIES
 
 
 SHOWN = 5e-4  # a move the printed ratio (three places) cannot show is no move
-CHEAP = Fidelity(sample=8, slice_instances=2, async_instances=2, serving_instances=1)
+CHEAP = Fidelity(sample=8, slice_instances=2, async_instances=2, serving_instances=1, agentic_trajectories=0)
 
 
 PREDICTORS: dict[str, Callable[[Baseline, Fidelity], PluginPrediction]] = {
     "stream_generation (on_policy)": lambda b, f: predict_stream(b, PlanMode.ON_POLICY, instances=f.slice_instances),
     "stream_generation (async)": lambda b, f: predict_stream(b, PlanMode.ASYNC, instances=f.async_instances),
-    "agentic_rollout": lambda b, f: predict_agentic(b, instances=f.slice_instances),
+    "agentic_rollout": lambda b, f: predict_agentic(b, instances=f.slice_instances,
+                                                    trajectories=f.agentic_trajectories),
     "preemptive_serving": lambda b, f: predict_serving(b, instances=f.serving_instances),
     "overlap": lambda b, f: predict_overlap(b),
     "resilience": lambda b, f: predict_resilience(b),

@@ -50,11 +50,13 @@ class Iterations:
 @dataclass(frozen=True)
 class Trajectory:
     """One agent-loop trajectory: its turns, and the seconds between a turn's end and the next
-    turn's start (tool calls and the loop's own work)."""
+    turn's start (tool calls and the loop's own work): ``tool_s`` in all, ``gaps`` each apart in
+    order (empty where not known)."""
 
     trajectory_id: str
     turns: int
     tool_s: float
+    gaps: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,15 +129,17 @@ def _trajectories(instants: list[dict[str, Any]]) -> tuple[Trajectory, ...]:
             by_id[e["worker"]].append(e)
     out = []
     for tid, events in sorted(by_id.items()):
-        turns, tool_us, ended = 0, 0.0, None
+        turns, gaps_us, ended = 0, [], None
         for e in sorted(events, key=lambda e: e["ts"]):
             kind = e["name"].removeprefix("trajectory_")
             if kind == "turn_start":
                 turns += 1
-                tool_us += e["ts"] - ended if ended is not None else 0.0
+                if ended is not None:
+                    gaps_us.append(e["ts"] - ended)
             elif kind == "turn_end":
                 ended = e["ts"]
-        out.append(Trajectory(tid, turns, tool_us / 1e6))
+        gaps = tuple(g / 1e6 for g in gaps_us)
+        out.append(Trajectory(tid, turns, sum(gaps), gaps if len(gaps) == turns - 1 else ()))
     return tuple(out)
 
 

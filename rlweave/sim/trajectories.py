@@ -21,11 +21,27 @@ from rlweave.sim.engine import EngineModel
 @dataclass(frozen=True)
 class Trajectory:
     """One trajectory: ``turns`` output tokens per turn, ``tool_s`` seconds between a turn's
-    end and the next turn's arrival, ``prompt_tokens`` prefilled per turn."""
+    end and the next turn's arrival, ``prompt_tokens`` prefilled per turn. ``gaps``, where
+    known, gives each of those seconds apart (one fewer than turns) and overrides ``tool_s``:
+    a trajectory's tool calls are heavy-tailed, and the one slow call decides its finish."""
 
     turns: tuple[int, ...]
     tool_s: float
     prompt_tokens: int = 0
+    gaps: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gaps and len(self.gaps) != len(self.turns) - 1:
+            raise ValueError(f"a trajectory of {len(self.turns)} turns has {len(self.turns) - 1} tool gaps, "
+                             f"not {len(self.gaps)}: give one per turn but the last, or none")
+
+    def gap_after(self, turn: int) -> float:
+        """Seconds between turn ``turn``'s end and the next turn's arrival."""
+        return self.gaps[turn] if self.gaps else self.tool_s
+
+    def tool_left(self, done: int) -> float:
+        """Tool seconds still ahead once ``done`` turns have finished."""
+        return sum(self.gaps[done:]) if self.gaps else self.tool_s * max(len(self.turns) - 1 - done, 0)
 
 
 class _Sticky:
@@ -83,7 +99,7 @@ def run_trajectories(trajectories: Sequence[Trajectory], engine: EngineModel, en
             k, turn = pending.pop(rid)
             done = sim.finish_s[rid]
             if turn + 1 < len(trajectories[k].turns):
-                submit(k, turn + 1, done + trajectories[k].tool_s)
+                submit(k, turn + 1, done + trajectories[k].gap_after(turn))
             else:
                 finish[k] = done
     return finish
