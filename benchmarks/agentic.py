@@ -9,9 +9,11 @@ instantiates, behind a request balancer actor, as in verl (:mod:`.agentic_rollou
 - ``verl``: verl's ``ToolAgentLoop`` and ``GlobalRequestLoadBalancer`` (no priority: FCFS);
 - ``rlweave``: ``RlweaveToolAgentLoop`` and ``RlweaveLoadBalancer``, the plugin configured as
   ``+rlweave.agentic_rollout.*`` flags would, with the engine cost model measured here, and its
-  predictor's history restored, through the same hooks verl's checkpoint uses, from a warm-up
-  rollout of the previous batch (``--history epoch``: the same prompts one epoch earlier, as
-  most RL steps revisit their prompts; ``new-prompts``: other prompts, the first epoch);
+  predictor's history restored, through the same hooks verl's checkpoint uses, from warm-up
+  rollouts of the two previous batches (``--history epoch``: the same prompts one and two
+  epochs earlier, as most RL steps revisit their prompts; ``new-prompts``: other prompts, the
+  first epochs): the second scores the predictions learned from the first, the skill the
+  orchestrator checks before it follows them;
 - ``oracle`` (a benchmark construct, never rlweave's result): the same path with the plugin's
   orchestrator, in its balancer actor, told each trajectory's true remaining serial time.
 
@@ -53,7 +55,7 @@ from rlweave.benchmarks.agentic_workload import (
     Trajectory,
     TrajectoryParameters,
     load_trace,
-    previous_step,
+    history_batches,
     synthetic,
     synthetic_with_parameters,
 )
@@ -101,7 +103,7 @@ def plugin_settings(cost: EngineCostModel) -> list[Any]:
 class Harness:
     """Ray, the engines, their measured cost model, and one rollout per call under a policy."""
 
-    def __init__(self, instances: int, slots: int, history: list[Trajectory] | None = None) -> None:
+    def __init__(self, instances: int, slots: int, history: list[list[Trajectory]] | None = None) -> None:
         self.instances, self.slots, self.history = instances, slots, history or []
         self.state: dict[str, Any] = {}
 
@@ -186,11 +188,12 @@ class Harness:
             ray.kill(handle)
         return run
 
-    async def warm_up(self, history: list[Trajectory]) -> None:
-        """The previous batch through rlweave's path: what the predictor has learned by now,
-        kept as verl's checkpoint keeps it."""
+    async def warm_up(self, history: list[list[Trajectory]]) -> None:
+        """The previous batches, oldest first, through rlweave's path: what the predictor has
+        learned by now, and the skill it showed, kept as verl's checkpoint keeps them."""
         self.state = {}
-        self.state = (await self.rollout("rlweave", history, "warm-up")).state
+        for k, past in enumerate(history):
+            self.state = (await self.rollout("rlweave", past, f"warm-up{k}")).state
 
     def close(self) -> None:
         import ray
@@ -265,7 +268,8 @@ def _shapes(args: argparse.Namespace) -> list[str]:
     return shapes
 
 
-def _batches(args: argparse.Namespace, shape: str) -> list[tuple[list[Trajectory], list[Trajectory]]]:
+def _batches(args: argparse.Namespace, shape: str
+             ) -> list[tuple[list[Trajectory], list[list[Trajectory]]]]:
     """Each measured batch with the history its predictor learns from first."""
     if not 1 <= args.batches <= args.repeats:
         raise SystemExit(f"--batches {args.batches}: between 1 and --repeats ({args.repeats}), "
@@ -275,7 +279,7 @@ def _batches(args: argparse.Namespace, shape: str) -> list[tuple[list[Trajectory
             raise SystemExit(f"--batches {args.batches}: a trace is one batch; drop --batches")
         return [(load_trace(args.trace), [])]
     return [(synthetic(seed, args.prompts, args.group, workload=shape),
-             previous_step(seed, shape, args.prompts, args.group, history=args.history))
+             history_batches(seed, shape, args.prompts, args.group, history=args.history))
             for seed in range(args.seed, args.seed + args.batches)]
 
 
@@ -328,7 +332,7 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
     for seed in range(args.seed, args.seed + args.sim_seeds):
         pairs = synthetic_with_parameters(seed, args.prompts, args.group, workload=shape)
         batch = [t for t, _ in pairs]
-        past = previous_step(seed, shape, args.prompts, args.group, history=args.history)
+        past = history_batches(seed, shape, args.prompts, args.group, history=args.history)
         by_heddle = {"rlweave": _trained(h, past, h.instances), "oracle": oracle_for(h.cost, batch),
                      "informed": InformedOrchestrator(h.cost, {t.id: t for t in batch},
                                                       {t.id: p for t, p in pairs})}
@@ -342,21 +346,34 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
                                         for name, v in over_oracle.items()}}
 
 
-def _trained(h: Harness, past: list[Trajectory], instances: int) -> Any:
-    """rlweave's orchestrator after a SIMULATED rollout of ``past``: what its predictor would
-    have learned from the previous epoch."""
+def _trained(h: Harness, past: list[list[Trajectory]], instances: int) -> Any:
+    """rlweave's orchestrator after SIMULATED rollouts of the ``past`` batches: what its
+    predictor would have learned, and the skill it would have shown, by now."""
     from rlweave.benchmarks.agentic_sim import simulate
 
     o = build_orchestrator(h.config)
-    simulate(past, instances, h.cost, placement="heddle", queue="priority", orchestrator=o)
+    for batch in past:
+        simulate(batch, instances, h.cost, placement="heddle", queue="priority", orchestrator=o)
     return o
 
 
-async def _warm_up(h: Harness, history: list[Trajectory]) -> None:
+async def _warm_up(h: Harness, history: list[list[Trajectory]]) -> None:
     if history:
         await h.warm_up(history)
     else:
         h.state = {}
+
+
+def warm_up_skill(h: Harness) -> dict[str, Any] | None:
+    """The skill rlweave's predictions showed in the warm-up (z: standard errors above no
+    skill) and whether the measured runs follow them, as the orchestrator restored from the
+    warm-up's state judges at the measured batch's start; None without a scored batch."""
+    if "agentic_rollout" not in h.state:
+        return None
+    o = build_orchestrator(h.config)
+    o.load_state_dict(h.state["agentic_rollout"])
+    o.skill.close_batch()
+    return {"z": round(o.skill.z, 2), "follows": o.following} if o.skill.scored else None
 
 
 async def _lower_bound(h: Harness, batch: list[Trajectory]) -> dict[str, Any]:
@@ -391,7 +408,7 @@ def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Traject
     n = args.cluster_instances
     prompts = max(len(batch) // h.instances * n // (args.group or WORKLOADS[shape].group), 1)
     cluster = synthetic(args.seed + 1, prompts, args.group, workload=shape)
-    past = previous_step(args.seed + 1, shape, prompts, args.group, history=args.history)
+    past = history_batches(args.seed + 1, shape, prompts, args.group, history=args.history)
 
     tail = TailParallelism(2, ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S)
     return {"instances": n, "trajectories": len(cluster),
@@ -404,8 +421,8 @@ def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Traject
 
 
 async def _contended_runs(args: argparse.Namespace, shape: str, h: Harness,
-                          data: list[tuple[list[Trajectory], list[Trajectory]]],
-                          rounds: list[int]) -> dict[str, list[RolloutRun]]:
+                          data: list[tuple[list[Trajectory], list[list[Trajectory]]]],
+                          rounds: list[int], skills: dict[int, Any]) -> dict[str, list[RolloutRun]]:
     """Every policy once per round, in rotated order, on the round's batch; with several
     batches, the predictor learns each one's history before its round."""
     runs: dict[str, list[RolloutRun]] = {p: [] for p in POLICIES}
@@ -413,8 +430,11 @@ async def _contended_runs(args: argparse.Namespace, shape: str, h: Harness,
         batch, history = data[b]
         if r == 0 or len(data) > 1:
             print(f"[{shape}] batch {b + 1}/{len(data)}: {len(batch)} trajectories; warm-up "
-                  f"({len(history)} trajectories, history {args.history}) ...", flush=True)
+                  f"({' + '.join(str(len(p)) for p in history)} trajectories, history "
+                  f"{args.history}) ...", flush=True)
             await _warm_up(h, history)
+            skills[b] = warm_up_skill(h)
+            print(f"[{shape}] batch {b + 1}: warm-up skill {skills[b]}", flush=True)
         for policy in POLICIES[r % 3:] + POLICIES[:r % 3]:
             runs[policy].append(await h.rollout(policy, batch, f"{shape}-{policy}{r}"))
             print(f"[{shape}] run {r + 1}/{args.repeats} {policy}: makespan "
@@ -425,7 +445,8 @@ async def _contended_runs(args: argparse.Namespace, shape: str, h: Harness,
 async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> dict[str, Any]:
     data = _batches(args, shape)
     rounds = [r % len(data) for r in range(args.repeats)]  # the batch of each round
-    runs = await _contended_runs(args, shape, h, data, rounds)
+    skills: dict[int, Any] = {}
+    runs = await _contended_runs(args, shape, h, data, rounds, skills)
     bounds = [await _lower_bound(h, batch) for batch, _ in data]
     batch = data[0][0]
     if len(data) > 1:  # the simulated rows and the uncontended runs are of the first batch
@@ -443,7 +464,8 @@ async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> di
     quality = [prediction_quality(run, data[b][0], per_token) for run, b in zip(runs["rlweave"], rounds, strict=True)]
     out = {"trajectories": len(batch), "summary": summarize(runs, lower), "lower_bound": bounds[0],
            "batches": [{"seed": None if shape == "trace" else args.seed + b, "lower_bound_s": bounds[b]["s"],
-                        "makespan_s": {p: [rs[r].makespan_s for r in of_batch[b]] for p, rs in runs.items()}}
+                        "makespan_s": {p: [rs[r].makespan_s for r in of_batch[b]] for p, rs in runs.items()},
+                        "warm_up_skill": skills.get(b)}
                        for b in range(len(data))],
            "queueing_mean_s": {p: float(np.mean([r.queueing().mean() for r in rs])) for p, rs in runs.items()},
            "queueing_p99_s": {p: float(np.mean([np.percentile(r.queueing(), 99) for r in rs]))
@@ -485,6 +507,10 @@ def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
              "", "", "", "0"],
             ["  Kendall tau, predicted vs true remaining serial time", "", "",
              f"turn 1: {m['tau']['first_turn']:.2f}, all turns: {m['tau']['mean']:.2f}", "", "", "", ""],
+            ["  warm-up skill z per batch (F: rlweave falls back to FCFS, verl's placement)", "",
+             ", ".join("-" if b.get("warm_up_skill") is None else
+                       f"{b['warm_up_skill']['z']:.1f}{'' if b['warm_up_skill']['follows'] else ' F'}"
+                       for b in m["batches"]), "", "", "", "", ""],
             [f"  uncontended ({m['uncontended_trajectories']} traj.), measured (s)",
              f"{np.median(m['uncontended_s']['verl']):.2f}",
              f"{np.median(m['uncontended_s']['rlweave']):.2f}", "", fmt(m["uncontended_ratio"]),

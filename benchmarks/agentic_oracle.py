@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rlweave.benchmarks.agentic_workload import Trajectory, TrajectoryParameters
@@ -33,7 +34,8 @@ class OracleOrchestrator(TrajectoryOrchestrator):
 
     def __init__(self, cost: EngineCostModel, truth: Mapping[str, Trajectory],
                  settings: OrchestratorSettings | None = None) -> None:
-        super().__init__(cost, settings or OrchestratorSettings())
+        # The truth needs no skill shown: it always decides.
+        super().__init__(cost, replace(settings or OrchestratorSettings(), skill_z=None))
         self.truth = dict(truth)
 
     def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
@@ -87,7 +89,7 @@ class InformedOrchestrator(TrajectoryOrchestrator):
 
     def __init__(self, cost: EngineCostModel, truth: Mapping[str, Trajectory],
                  parameters: Mapping[str, TrajectoryParameters]) -> None:
-        super().__init__(cost, OrchestratorSettings())
+        super().__init__(cost, OrchestratorSettings(skill_z=None))
         self.truth, self.parameters = dict(truth), dict(parameters)
 
     def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:

@@ -195,15 +195,18 @@ class _Rollout:
         self.reschedule(inst, now)
 
     def place(self, t: Trajectory, now: float) -> str:
-        """verl's sticky least-in-flight instance, or the orchestrator's choice."""
-        if self.policy.placement == "sticky":
-            iid = self.sticky.get(t.id)
-            if iid is None:
-                low = min(self.inflight.values())
-                iid = self.sticky[t.id] = self.rng.choice([k for k, v in self.inflight.items() if v == low])
-            return iid
-        loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in self.live]
-        return self.orchestrator.choose_instance(self.info(t), loads, now)
+        """The orchestrator's choice, or, with sticky placement or when it leaves the choice to
+        the framework (its predictions not shown skilled), verl's sticky least-in-flight."""
+        if self.policy.placement == "heddle":
+            loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in self.live]
+            chosen = self.orchestrator.choose_instance(self.info(t), loads, now)
+            if chosen is not None:
+                return chosen
+        iid = self.sticky.get(t.id)
+        if iid is None or self.by_id[iid] not in self.live:
+            low = min(self.inflight.values())
+            iid = self.sticky[t.id] = self.rng.choice([k for k, v in self.inflight.items() if v == low])
+        return iid
 
     def iteration_boundary(self, payload: tuple[str, int], now: float) -> None:
         """An instance's first running turn ends: retire what finished, refill, maybe switch."""

@@ -258,17 +258,32 @@ HISTORIES = ("epoch", "new-prompts")
 
 
 def previous_step(seed: int, workload: str = "default", prompts: int | None = None,
-                  group: int | None = None, history: str = "epoch", tool_scale: float = 1.0
-                  ) -> list[Trajectory]:
-    """The batch the predictor learned from before the measured one: the same prompts one epoch
-    earlier (``"epoch"``: most steps of an RL run revisit their prompts), or other prompts of
-    the same shape (``"new-prompts"``: the first epoch, where only the task mix is known)."""
+                  group: int | None = None, history: str = "epoch", tool_scale: float = 1.0,
+                  back: int = 1) -> list[Trajectory]:
+    """The batch the predictor learned from ``back`` batches before the measured one: the same
+    prompts ``back`` epochs earlier (``"epoch"``: most steps of an RL run revisit their
+    prompts), or other prompts of the same shape (``"new-prompts"``: the first epoch, where
+    only the task mix is known)."""
     if history not in HISTORIES:
         raise ValueError(f"history {history!r}: one of {', '.join(HISTORIES)}")
+    if back < 1:
+        raise ValueError(f"back {back}: a previous batch is at least 1 back")
+    tag = "prev-" if back == 1 else f"prev{back}-"
     if history == "epoch":
-        past = synthetic(seed, prompts, group, workload=workload, tool_scale=tool_scale, epoch=-1)
-        return [Trajectory(f"prev-{t.id}", t.group, t.task, t.prompt_len, t.turn_tokens, t.tool_s)
+        past = synthetic(seed, prompts, group, workload=workload, tool_scale=tool_scale, epoch=-back)
+        return [Trajectory(f"{tag}{t.id}", t.group, t.task, t.prompt_len, t.turn_tokens, t.tool_s)
                 for t in past]
-    past = synthetic(seed + 10_000, prompts, group, workload=workload, tool_scale=tool_scale)
-    return [Trajectory(f"prev-{t.id}", f"prev-{t.group}", t.task, t.prompt_len, t.turn_tokens,
+    past = synthetic(seed + 10_000 * back, prompts, group, workload=workload, tool_scale=tool_scale)
+    return [Trajectory(f"{tag}{t.id}", f"{tag}{t.group}", t.task, t.prompt_len, t.turn_tokens,
                        t.tool_s) for t in past]
+
+
+def history_batches(seed: int, workload: str = "default", prompts: int | None = None,
+                    group: int | None = None, history: str = "epoch", tool_scale: float = 1.0
+                    ) -> list[list[Trajectory]]:
+    """The two batches before the measured one, oldest first: the first teaches the predictor,
+    the second, predicted from that history, shows whether its predictions have skill (what
+    rlweave's orchestrator checks before it follows them), as every batch of a run after its
+    first would."""
+    return [previous_step(seed, workload, prompts, group, history, tool_scale, back)
+            for back in (2, 1)]

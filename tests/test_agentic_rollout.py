@@ -298,6 +298,135 @@ def test_finished_twice_is_learned_once_and_a_new_batch_ages_history() -> None:
     assert o.predictor.batch == 2
 
 
+def test_kendalls_s_and_its_variance_without_skill_by_hand() -> None:
+    from rlweave.plugins.agentic_rollout.skill import kendall_s
+
+    # Pairs (1,2) and (1,3) concordant, (2,3) discordant: S = 1; no ties: 3 x 2 x 11 / 18.
+    assert kendall_s([1, 2, 3], [1, 3, 2]) == pytest.approx((1.0, 66 / 18))
+    # A tie among the predictions scores nothing and narrows the variance: the tied group of 2
+    # takes 2 x 1 x 9 from 3 x 2 x 11, so (66 - 18) / 18; the other ranking has no ties.
+    assert kendall_s([1, 1, 2], [1, 2, 3]) == pytest.approx((2.0, 48 / 18))
+    assert kendall_s([5, 5, 5], [1, 2, 3]) == (0.0, 0.0)  # every prediction alike: no evidence
+    assert kendall_s([1], [2]) == (0.0, 0.0)
+
+
+def test_realised_remaining_time_is_the_turns_and_tools_that_followed() -> None:
+    from rlweave.plugins.agentic_rollout.skill import realised_remaining_s
+
+    # Turns of 10, 20, 30 tokens at 0.1 s a token, tools of 1 s and 2 s after the first two:
+    # from turn 2, 3 s; from turn 1, 2 + 2 + 3 = 7 s; from turn 0, 1 + 1 + 7 = 9 s.
+    assert realised_remaining_s([10, 20, 30], [1.0, 2.0], 0.1) == pytest.approx([9.0, 7.0, 3.0])
+
+
+def test_skill_is_summed_per_turn_index_decays_per_batch_and_needs_evidence() -> None:
+    from rlweave.plugins.agentic_rollout.skill import PredictiveSkill
+
+    skill = PredictiveSkill(decay=0.5)
+    assert not skill.scored and skill.z == 0.0
+    # Turn 0: three trajectories ranked exactly (S = 3, variance 66/18); turn 1: two of them
+    # ranked backwards (S = -1, variance 2 x 1 x 9 / 18 = 1). Pairs are only compared within
+    # a turn index, and the same trajectories' turn indices count as if fully correlated: the
+    # variance is the square of the summed standard deviations.
+    skill.record({0: 1.0, 1: 5.0}, [1.0, 0.5])
+    skill.record({0: 2.0, 1: 1.0}, [2.0, 1.5])
+    skill.record({0: 3.0}, [3.0])
+    skill.close_batch()
+    var = (np.sqrt(66 / 18) + 1.0) ** 2
+    assert (skill.s, skill.var) == pytest.approx((2.0, var))
+    assert skill.z == pytest.approx(2.0 / np.sqrt(var))
+    # A batch with nothing scored: S and its variance age by the decay, z does not move.
+    skill.close_batch()
+    assert (skill.s, skill.var) == pytest.approx((1.0, var / 4))
+    # A saved state keeps the scored batches and the pairs of this one so far.
+    skill.record({0: 1.0}, [2.0])
+    skill.record({0: 2.0}, [1.0])  # S = -1, variance 2 x 1 x 9 / 18 = 1
+    again = PredictiveSkill(decay=0.5)
+    again.load_state_dict(json.loads(json.dumps(skill.state_dict())))
+    for k in (skill, again):
+        k.close_batch()
+    assert (again.s, again.var) == (skill.s, skill.var) == pytest.approx((0.5 - 1.0, var / 16 + 1.0))
+
+
+def _no_skill_state(o: TrajectoryOrchestrator, s: float) -> dict:
+    """``o``'s state with scored evidence of ``s`` over a null variance of 100: z = s / 10."""
+    return {**o.state_dict(), "skill": {"s": s, "var": 100.0, "batch_s": 0.0, "batch_var": 0.0}}
+
+
+def test_without_skill_every_turn_is_first_come_and_the_framework_places_it() -> None:
+    o = _trained(replan_s=0.0, migrate_fraction=1.0)
+    o.load_state_dict(_no_skill_state(o, s=19.0))  # z = 1.9: less than 2 standard errors
+    assert not o.following
+    instances = [InstanceLoad("i0", 0, 0), InstanceLoad("i1", 0, 0)]
+    _fill(o, "i0")  # what made the skilled orchestrator move "x" in the test above
+    o.started(_info("x"))
+    o.turn_started(_info("x", turns=1, tokens=50), now=1.0)
+    assert o.priority(_info("x", turns=1, tokens=50)) == 0
+    assert o.priority(_info("busy0", turns=5, tokens=250)) == 0  # no turn ranks above another
+    assert o.choose_instance(_info("x", instance="i0", turns=1, tokens=50), instances, now=1.0) is None
+    assert o.migrations == 0
+    # Still predicted, and scored when it finishes: skill can come back.
+    assert o._active["x"].predicted_s[1] == pytest.approx(o.remaining_s(_info("x", turns=1, tokens=50)))
+
+
+def test_with_skill_the_decisions_are_unchanged() -> None:
+    guarded, unguarded = _trained(replan_s=0.0, migrate_fraction=1.0), \
+        _trained(replan_s=0.0, migrate_fraction=1.0, skill_z=None)
+    guarded.load_state_dict(_no_skill_state(guarded, s=20.0))  # z = 2.0
+    instances = [InstanceLoad("i0", 0, 0), InstanceLoad("i1", 0, 0)]
+    decisions = []
+    for o in (guarded, unguarded):
+        _fill(o, "i0")
+        o.started(_info("x"))
+        o.turn_started(_info("x", turns=1, tokens=50), now=1.0)
+        decisions.append((o.priority(_info("x", turns=1, tokens=50)),
+                          o.choose_instance(_info("x", instance="i0", turns=1, tokens=50), instances, now=1.0),
+                          o.migrations))
+    assert decisions[0] == decisions[1] and decisions[0][1:] == ("i1", 1) and decisions[0][0] < 0
+
+
+def test_a_state_without_skill_scored_decides_as_heddle() -> None:
+    o = _trained()
+    state = o.state_dict()
+    del state["skill"]  # a checkpoint from before skill was scored
+    o.load_state_dict(state)
+    assert o.following and not o.skill.scored
+
+
+def test_a_first_batch_learned_from_nothing_is_not_scored_the_next_is() -> None:
+    o = TrajectoryOrchestrator(COST)
+    for scored in (False, True):
+        simulate(synthetic(0, prompts=8, group=4), 2, COST, placement="heddle", queue="priority",
+                 orchestrator=o)
+        o.skill.close_batch()
+        assert o.skill.scored == scored
+
+
+def _two_epochs_then(workload: str, seed: int = 0) -> tuple[TrajectoryOrchestrator, list[Trajectory]]:
+    """The shipped orchestrator after SIMULATED rollouts of the shape's two previous epochs (the
+    first unscored: it started from nothing), and the batch that follows."""
+    from rlweave.benchmarks.agentic_workload import history_batches
+
+    o = TrajectoryOrchestrator(COST)
+    for past in history_batches(seed, workload):
+        simulate(past, 2, COST, placement="heddle", queue="priority", orchestrator=o)
+    o.started(_info("next", task="agent"))  # the next batch starts: the previous one is scored
+    o.finished(_info("next", task="agent"))
+    return o, synthetic(seed, workload=workload)
+
+
+def test_skill_shows_where_there_is_something_to_learn_and_not_on_a_coin_flip() -> None:
+    for shape in ("default", "mixed", "depth-mix-grouped"):
+        assert _two_epochs_then(shape)[0].skill.z > 2, shape
+    depth_mix, batch = _two_epochs_then("depth-mix")
+    assert abs(depth_mix.skill.z) < 2 and not depth_mix.following
+    # Not following, the shipped orchestrator is verl's default in the simulator: the same
+    # placement (sticky, least in-flight, the same draws), the same order, no migration.
+    verl = simulate(batch, 2, COST, seed=0)
+    guarded = simulate(batch, 2, COST, placement="heddle", queue="priority", orchestrator=depth_mix, seed=0)
+    assert guarded.makespan_s == verl.makespan_s and guarded.finish_s == verl.finish_s
+    assert depth_mix.migrations == 0 or guarded.migrations == depth_mix.migrations
+
+
 def _event(kind: TrajectoryEventKind, info: TrajectoryInfo, t: float) -> TrajectoryEvent:
     return TrajectoryEvent(kind, info, t)
 

@@ -17,6 +17,16 @@ the agent loop's reports (a trajectory's start, each turn's start and end, its f
   re-prefilling its context elsewhere costs less than ``migrate_fraction`` of its predicted
   remaining time. Migration re-sends the whole context to the new instance, so the tokens it
   generates are unchanged.
+
+All of this is followed only while the predictions have shown skill (:mod:`.skill`): each
+finished trajectory scores what was predicted for it (in batches that began with an earlier
+batch's history: the predictions of a first batch, learned from nothing, say little of those
+that follow), and once a scored ranking stands less than ``skill_z`` standard errors above
+none on the batches scored so far, every turn gets the same
+priority (the engine's first come, first served) and the framework places it (verl: sticky,
+least in-flight; no migration). Where nothing can be learned, rlweave then does what verl
+does; it keeps predicting and scoring, so its decisions come back as skill appears. Before
+any batch is scored (a run's first two batches) the decisions are Heddle's.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from rlweave.plugins.agentic_rollout.placement import (
     presorted_balance,
 )
 from rlweave.plugins.agentic_rollout.predictor import SerialTimePredictor
+from rlweave.plugins.agentic_rollout.skill import PredictiveSkill, realised_remaining_s
 from rlweave.types import InstanceLoad, TrajectoryInfo
 
 
@@ -38,6 +49,9 @@ from rlweave.types import InstanceLoad, TrajectoryInfo
 class OrchestratorSettings:
     replan_s: float = 0.25
     migrate_fraction: float = 0.1
+    # Follow the predictions once their measured skill is this many standard errors above none
+    # (one-sided, about 2% of no-skill batches pass); None: always (the oracle, ablations).
+    skill_z: float | None = 2.0
 
 
 @dataclass
@@ -71,6 +85,9 @@ class _Trajectory:
     own_tools: _Running = field(default_factory=lambda: _Running())  # seconds between its turns
     in_turn_at: str | None = None  # instance serving its current turn, None between turns
     priority: int = 0
+    turn_tokens: list[int] = field(default_factory=list)  # what skill is scored against
+    tool_s: list[float] = field(default_factory=list)
+    predicted_s: dict[int, float] = field(default_factory=dict)  # turns done -> predicted remaining
 
 
 @dataclass
@@ -86,6 +103,19 @@ class TrajectoryOrchestrator:
     _plan_instances: tuple[str, ...] = ()
     _in_turn: dict[str, dict[str, int]] = field(default_factory=dict)  # instance -> id -> priority
     _groups: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> id -> turns done
+    skill: PredictiveSkill = field(default_factory=PredictiveSkill)
+    _scoring: bool = False  # this batch's predictions drew on earlier batches' history
+
+    def __post_init__(self) -> None:
+        self.skill.decay = self.predictor.decay  # skill ages as the history it measures
+
+    @property
+    def following(self) -> bool:
+        """Whether the predictions decide, or the framework's defaults: the latter only on
+        evidence, once a scored batch's ranking stood less than ``skill_z`` standard errors
+        above no skill (before any batch is scored, Heddle's own decisions)."""
+        needed = self.settings.skill_z
+        return needed is None or not self.skill.scored or self.skill.z >= needed
 
     @property
     def per_token_s(self) -> float:
@@ -96,6 +126,8 @@ class TrajectoryOrchestrator:
     def started(self, trajectory: TrajectoryInfo) -> None:
         if not self._active:  # a new rollout batch: the previous one's history ages
             self.predictor.new_batch()
+            self.skill.close_batch()
+            self._scoring = self.predictor.has_history()
         self._active[trajectory.trajectory_id] = _Trajectory(trajectory)
         self._groups.setdefault(trajectory.group_id, {})[trajectory.trajectory_id] = trajectory.turns_done
 
@@ -104,6 +136,7 @@ class TrajectoryOrchestrator:
         if t.turn_ended_s is not None:  # the time since the last turn ended: its tool calls
             gap = max(now - t.turn_ended_s, 0.0)
             t.own_tools.add(gap)
+            t.tool_s.append(gap)
             self.predictor.observe_tool(t.info.task, t.info.group_id, gap)
             t.turn_ended_s = None
 
@@ -114,6 +147,7 @@ class TrajectoryOrchestrator:
         generated = max(trajectory.tokens_so_far - t.info.tokens_so_far, 0)
         t.info = replace(trajectory, instance_id=t.info.instance_id)
         t.own_tokens.add(generated)
+        t.turn_tokens.append(generated)
         self._groups.setdefault(t.info.group_id, {})[t.info.trajectory_id] = t.info.turns_done
         self.predictor.observe_turn(t.info.task, t.info.group_id, generated)
         t.turn_ended_s = now
@@ -132,6 +166,8 @@ class TrajectoryOrchestrator:
             self._groups.pop(t.info.group_id, None)
         self.predictor.observe_finished(t.info.task, t.info.group_id, trajectory.turns_done,
                                         t.own_tokens.summary, t.own_tools.summary)
+        if self._scoring:  # a first batch's predictions, learned from nothing, say little of later ones'
+            self.skill.record(t.predicted_s, realised_remaining_s(t.turn_tokens, t.tool_s, self.per_token_s))
 
     # -- decisions ------------------------------------------------------------------------------
     def load(self, trajectory: TrajectoryInfo) -> TrajectoryLoad:
@@ -150,12 +186,15 @@ class TrajectoryOrchestrator:
         return load.remaining_tokens * self.per_token_s + load.remaining_tool_s
 
     def priority(self, trajectory: TrajectoryInfo) -> int:
-        """vLLM priority (smaller runs first): minus the remaining serial time in milliseconds."""
+        """vLLM priority (smaller runs first): minus the remaining serial time in milliseconds,
+        or 0 for every turn (first come, first served) while the predictions show no skill."""
         t = self._active.get(trajectory.trajectory_id)
         info = t.info if t is not None else trajectory
-        priority = -round(self.remaining_s(info) * 1000)
+        remaining = self.remaining_s(info)
+        priority = -round(remaining * 1000) if self.following else 0
         if t is not None:
             t.priority = priority
+            t.predicted_s[info.turns_done] = remaining
         return priority
 
     def _queue_position(self, instance_id: str, priority: int) -> int:
@@ -170,9 +209,9 @@ class TrajectoryOrchestrator:
     def choose_instance(self, trajectory: TrajectoryInfo, instances: Sequence[InstanceLoad],
                         now: float) -> str | None:
         """The instance for the trajectory's next turn; ``None`` for a trajectory no agent loop
-        reported (the framework's own choice then)."""
+        reported, or while the predictions show no skill (the framework's own choice then)."""
         mine = self._active.get(trajectory.trajectory_id)
-        if mine is None:
+        if mine is None or not self.following:
             return None
         ids = tuple(i.instance_id for i in instances)
         if not ids:
@@ -200,10 +239,12 @@ class TrajectoryOrchestrator:
 
     # -- persistence ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"predictor": self.predictor.state_dict()}
+        return {"predictor": self.predictor.state_dict(), "skill": self.skill.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A state saved before skill was scored has none: the predictions must show it again."""
         self.predictor.load_state_dict(state["predictor"])
+        self.skill.load_state_dict(state.get("skill", {"s": 0.0, "var": 0.0}))
 
     # -- internals ------------------------------------------------------------------------------
     def _track(self, trajectory: TrajectoryInfo) -> _Trajectory:

@@ -232,6 +232,10 @@ class SerialTimePredictor:
         """A new rollout batch starts: older observations weigh ``decay`` times less."""
         self.batch += 1
 
+    def has_history(self) -> bool:
+        """Whether anything was observed (in this or an earlier batch, or restored)."""
+        return bool(self._tasks)
+
     def _pools(self, task: str, group: str) -> tuple[_Pool, _Pool]:
         t = self._tasks.setdefault(task, _Pool())
         g = self._groups.pop(group, None) or _Pool()
