@@ -46,7 +46,6 @@ from typing import Any
 from rlweave.benchmarks import BenchResult
 
 RESILIENCE = ("+rlweave.resilience.enable=true",)
-CHAOS = ("+rlweave.resilience.chaos=true",)  # the faults' runs only: production runs have no chaos tool
 # Part 1's faults, in rlweave's chaos grammar, and the kind each one is.
 FAULTS = {
     "straggler": "slow:trainer:1@2x3",
@@ -152,12 +151,14 @@ def _kill_tree(pid: int) -> None:
 
 def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple[str, ...], ranks: int,
              external: list[dict[str, Any]], resubmit: bool, window_s: float | None, hang_wait_s: float,
-             timeout_s: int) -> Campaign:
-    """Run a verl job; inject ``external`` faults from outside (``{"worker", "action",
-    "step"|"after_s"}``, by ``rlweave chaos``); with ``resubmit``, start it again (verl resumes
-    from its last checkpoint) when it dies, or when it has made no step for ``hang_wait_s`` after a
-    fault. Stops after ``steps`` steps or ``window_s`` seconds of training."""
+             timeout_s: int, faults: str = "") -> Campaign:
+    """Run a verl job; with ``faults``, the chaos tool registered in it to fire them (the faults'
+    runs only: production runs have no chaos tool); inject ``external`` faults from outside
+    (``{"worker", "action", "step"|"after_s"}``, by ``rlweave chaos``); with ``resubmit``, start
+    it again (verl resumes from its last checkpoint) when it dies, or when it has made no step for
+    ``hang_wait_s`` after a fault. Stops after ``steps`` steps or ``window_s`` seconds of training."""
     from rlweave.adapters.verl.chaos import signal_now
+    from rlweave.benchmarks.resilience_chaos import chaos_env
     from rlweave.benchmarks.verl_runs import parse_steps, verl_command, verl_env
 
     work.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,8 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
         if proc is None:
             log_paths.append(work / f"{label}-{len(c.launches)}.log")
             log = log_paths[-1].open("w")
-            proc = subprocess.Popen(cmd, env=verl_env(trace), stdout=log, stderr=subprocess.STDOUT,
+            env = verl_env(trace) | (chaos_env(faults) if faults else {})
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=work)
             c.launches.append(time.time())
         time.sleep(0.5)
@@ -292,7 +294,7 @@ def ettr(c: Campaign, clean_step_s: float, window_s: float) -> float:
 def part_faults(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     faults = ";".join(FAULTS.values())
     c = campaign("rlweave-faults", work, steps=FAULT_STEPS, save_freq=args.save_freq, ranks=2,
-                 extra=RESILIENCE + CHAOS + (f"+rlweave.resilience.faults='{faults}'",), external=[], resubmit=False,
+                 extra=RESILIENCE, faults=faults, external=[], resubmit=False,
                  window_s=None, hang_wait_s=600, timeout_s=args.timeout)
     from rlweave.plugins.resilience.heatmap import section_ratios
 
@@ -587,14 +589,17 @@ def demo_resilience(console: Any, out: Path) -> bool:
 
     from rich.table import Table
 
+    from unittest import mock
+
+    from rlweave.benchmarks.resilience_chaos import chaos_env
     from rlweave.benchmarks.verl_runs import run_verl
     from rlweave.tracing import load_events, write_chrome_trace, write_timeline_png
 
     console.rule(f"resilience: verl GRPO with a trainer rank killed mid-update ({DEMO_FAULT})")
     shutil.rmtree(out, ignore_errors=True)
     with console.status("python -m verl.trainer.main_ppo ... +rlweave.resilience.enable=true (about 3 minutes)"):
-        run = run_verl("grpo", out, steps=3, timeout_s=900,
-                       extra=RESILIENCE + CHAOS + (f"+rlweave.resilience.faults={DEMO_FAULT}",))
+        with mock.patch.dict(os.environ, chaos_env(DEMO_FAULT)):  # the chaos tool, in this job alone
+            run = run_verl("grpo", out, steps=3, timeout_s=900, extra=RESILIENCE)
     if run.returncode != 0 or sorted(run.steps) != [1, 2, 3]:
         console.print(f"[red]the run exited with {run.returncode}, steps {sorted(run.steps)}; log: {out / 'grpo.log'}")
         return False

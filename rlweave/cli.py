@@ -206,7 +206,8 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     chaos = sub.add_parser("chaos", help="inject faults into a verl job (kill, hang, slow, corrupt a checkpoint)")
     actions = chaos.add_subparsers(dest="action", required=True)
     inject = actions.add_parser("inject", help="faults for the resilience monitor of a running job started with "
-                                               "+rlweave.resilience.chaos=true to fire at a step, e.g. "
+                                               "the chaos plugin (RLWEAVE_PLUGIN_MODULES=rlweave.benchmarks.resilience_chaos) "
+                                               "to fire at a step, e.g. "
                                                "'kill:trainer:1@3.update_actor+0.5;slow:trainer:0@2x3'")
     inject.add_argument("faults")
     for name, what in (("kill", "SIGKILL"), ("stop", "SIGSTOP (a hang)"), ("cont", "SIGCONT")):
@@ -219,7 +220,7 @@ def add_chaos_parser(sub: argparse._SubParsersAction) -> None:
     corrupt.add_argument("--how", choices=("flip", "truncate", "delete"), default="flip")
     corrupt.add_argument("--step", type=int, default=None)
     actions.add_parser("status", help="what the resilience monitor of a running job started with "
-                                      "+rlweave.resilience.chaos=true sees")
+                                      "the chaos plugin sees")
     for p in (inject, actions.choices["status"]):
         p.add_argument("--address", default="auto", help="the job's Ray cluster (default: this machine's)")
 

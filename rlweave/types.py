@@ -559,8 +559,7 @@ class ResilienceSettings:
     """What the adapters of an enabled resilience plugin run: heartbeats every ``heartbeat_s``
     (the monitor checks health every ``check_s``), a host-memory snapshot every
     ``snapshot_every`` steps under ``snapshot_dir``, at most ``max_recoveries`` recoveries per
-    run, each given ``recovery_timeout_s``; ``faults`` to inject, which only a job with the chaos
-    tool enabled (``chaos``) has."""
+    run, each given ``recovery_timeout_s``."""
 
     heartbeat_s: float
     check_s: float
@@ -568,8 +567,6 @@ class ResilienceSettings:
     snapshot_dir: str
     max_recoveries: int
     recovery_timeout_s: float
-    faults: tuple[FaultSpec, ...] = ()
-    chaos: bool = False
 
 
 @dataclass(frozen=True)

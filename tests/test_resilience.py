@@ -190,26 +190,21 @@ def test_faults_parse_into_specs_and_bad_ones_say_the_format():
                       ("explode:trainer:1@2", "ACTION one of"), ("corrupt:trainer:1@2", "corrupt takes")):
         with pytest.raises(ValueError, match=says):
             parse_fault(bad)
-    with pytest.raises(ConfigError, match="rlweave.resilience.faults"):
-        build_config([Setting("resilience.faults", "kill:trainer@3", "test")])
 
 
-def test_faults_without_the_chaos_tool_enabled_are_refused_with_the_fix():
-    """A production job has no fault injector: faults are a test's or a benchmark's, said so."""
-    with pytest.raises(ConfigError, match=r"add \+rlweave.resilience.chaos=true"):
-        build_config([Setting("resilience.enable", True, "test"),
-                      Setting("resilience.faults", "kill:trainer:1@3", "test")])
-    config = build_config([Setting("resilience.enable", True, "test")])
-    settings = build_plugin_manager(config).hook.rlweave_resilience_settings()
-    assert settings.chaos is False and settings.faults == ()
+@pytest.mark.parametrize("option", ["chaos", "faults"])
+def test_a_jobs_config_cannot_turn_fault_injection_on(option):
+    """Faults are a test's or a benchmark's plugin (the chaos tool), not an option of production
+    resilience: the old options are refused by name."""
+    with pytest.raises(ConfigError, match=f"resilience.{option}"):
+        build_config([Setting("resilience.enable", True, "test"), Setting(f"resilience.{option}", "x", "test")])
 
 
 def test_hooks_through_the_host():
-    config = build_config([Setting("resilience.enable", True, "test"), Setting("resilience.chaos", True, "test"),
-                           Setting("resilience.faults", "kill:trainer:1@3", "test")])
+    config = build_config([Setting("resilience.enable", True, "test")])
     hook = build_plugin_manager(config).hook
     settings = hook.rlweave_resilience_settings()
-    assert settings.heartbeat_s == 0.5 and settings.faults == (FaultSpec("kill", "trainer:1", 3),) and settings.chaos
+    assert settings.heartbeat_s == 0.5
     keys = {r.key for r in verl_requirements(gathered(hook.rlweave_needs()))}
     assert keys == {"trainer.use_v1", "trainer.v1.trainer_mode", "actor_rollout_ref.actor.strategy"}
     hook.rlweave_heartbeat(beat=beat("trainer:0", 1.0))

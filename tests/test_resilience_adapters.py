@@ -101,32 +101,33 @@ def test_an_instruction_reaches_a_sender_between_its_beats():
         receiver.close()
 
 
-def test_the_monitor_in_the_trainers_process_logs_decides_and_answers_the_chaos_tool():
-    """The monitor runs as threads of the trainer's process: the trainer takes each incident
-    once with the decision logged beside it, reads what monitoring cost, and ``rlweave chaos``
-    reaches the monitor of a job with the chaos tool over its channel."""
+def test_the_monitor_queues_what_it_finds_typed_and_answers_the_chaos_tool():
+    """The monitor runs as threads of the trainer's process and only detects: each incident is
+    queued once, typed; what monitoring cost is counted; and ``rlweave chaos`` reaches the
+    chaos extension of a job that registered it, over the job's channel."""
     from rlweave.adapters.verl.chaos import ask
+    from rlweave.benchmarks.resilience_chaos import FaultInjector
     from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor
     from rlweave.config import Setting
     from rlweave.host import activate
 
     activate([Setting("resilience.enable", True, "test")], export_env=False)
-    monitor = ResilienceMonitor("job", 0.05, faults=[], host_ip="127.0.0.1")
+    monitor = ResilienceMonitor("job", 0.05, host_ip="127.0.0.1", extensions=[lambda m: FaultInjector(m, [])])
     address = heartbeat.parse_address(monitor.address())
     sender = heartbeat.HeartbeatSender(address, "agent_loop:0", 0.05, monitor.sender_channel())
     try:
-        sender.report("agent_loop:1", alive=False, detail="gone", pid=999_999)  # no recovery: abort
-        deadline = time.monotonic() + 5
-        while monitor.logged() == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        [entry] = monitor.take()
-        assert (entry["incident"]["worker"], entry["action"]) == ("agent_loop:1", "abort")
-        assert monitor.take() == [] and monitor.logged() == 1
+        sender.report("agent_loop:1", alive=False, detail="gone", pid=999_999)
+        incident = monitor.incidents.get(timeout=5)
+        assert (incident.worker, incident.kind, incident.detail) == ("agent_loop:1", Health.DEAD, "gone")
+        time.sleep(0.2)  # a few checks more: reported once
+        assert monitor.incidents.empty() and monitor.logged() == 1
         tool = monitor.sender_channel()
-        assert ask(address, tool, {"chaos": "inject", "fault": {"action": "kill", "worker": "trainer:0", "step": 9}})
-        status = ask(address, tool, {"chaos": "status"})
+        fault = {"action": "kill", "worker": "trainer:0", "step": 9}
+        assert ask(address, tool, {"request": "chaos", "chaos": "inject", "fault": fault})
+        status = ask(address, tool, {"request": "chaos", "chaos": "status"})
         assert set(status["workers"]) == {"agent_loop:0"} and len(status["incidents"]) == 1
-        assert monitor.chaos.faults[-1].worker == "trainer:0" and monitor.dropped() == 0
+        assert status["faults"] == [] and monitor.extensions["chaos"].faults[-1].worker == "trainer:0"
+        assert monitor.dropped() == 0
         costs = monitor.costs()
         assert costs["monitor"] > 0 and costs["heartbeats"] > 0
     finally:

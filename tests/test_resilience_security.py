@@ -1,9 +1,10 @@
 """Attacks on the resilience monitor's channel (issue 45), all on loopback (127.0.0.1).
 
-Each runs a production monitor (the chaos tool off unless a test says otherwise) with one genuine
-worker beating, a victim process that is not the job's, and then the attack. After each: the
-victim and the job's processes alive, no incident, the genuine worker still the only one in the
-table with its own pid, and the attack's datagrams counted by reason.
+Each runs a production monitor (no chaos tool unless a test says otherwise), and the trainer's
+desk that decides and acts on what it finds, with one genuine worker beating, a victim process
+that is not the job's, and then the attack. After each: the victim and the job's processes
+alive, no incident, the genuine worker still the only one in the table with its own pid, and
+the attack's datagrams counted by reason.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from rlweave.adapters.heartbeat_channel import Channel
 
 pytest.importorskip("ray", reason="the monitor is the verl adapter's (ray in the core environment)")
 
+from rlweave.benchmarks.resilience_chaos import FaultInjector  # noqa: E402
 from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor  # noqa: E402
+from rlweave.adapters.verl.resilience_recovery import IncidentDesk, RecoveryExecutor  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 GENUINE = "agent_loop:0"
@@ -54,18 +57,21 @@ def foreign() -> Iterator[int]:
 
 
 def start_job(chaos: bool) -> Iterator[tuple[ResilienceMonitor, heartbeat.HeartbeatSender]]:
-    """A monitor (the chaos tool off: production) and a genuine worker beating every 50 ms,
-    seen once before the test starts."""
+    """A monitor (no chaos tool: production) with the desk that decides and acts on its
+    incidents, and a genuine worker beating every 50 ms, seen once before the test starts."""
     from rlweave.config import Setting
     from rlweave.host import activate
 
-    activate([Setting("resilience.enable", True, "test")], export_env=False)
-    monitor = ResilienceMonitor("job-a", 0.05, faults=[] if chaos else None, host_ip=LOOPBACK)
+    host = activate([Setting("resilience.enable", True, "test")], export_env=False)
+    extensions = [lambda m: FaultInjector(m, [])] if chaos else []
+    monitor = ResilienceMonitor("job-a", 0.05, host_ip=LOOPBACK, extensions=extensions)
+    desk = IncidentDesk(host.hook, monitor, RecoveryExecutor(monitor))
     sender = heartbeat.HeartbeatSender(heartbeat.parse_address(monitor.address()), GENUINE, 0.05,
                                        monitor.sender_channel())
     wait_for(lambda: GENUINE in monitor.status()["workers"])
     yield monitor, sender
     sender.stop()
+    desk.stop()
     monitor.stop()
 
 
@@ -76,7 +82,7 @@ def job() -> Iterator[tuple[ResilienceMonitor, heartbeat.HeartbeatSender]]:
 
 @pytest.fixture
 def chaos_job() -> Iterator[tuple[ResilienceMonitor, heartbeat.HeartbeatSender]]:
-    """The same with the chaos tool enabled (a test or benchmark job)."""
+    """The same with the chaos tool registered (a test or benchmark job)."""
     yield from start_job(chaos=True)
 
 
@@ -108,7 +114,7 @@ def unharmed(monitor: ResilienceMonitor, *pids: int) -> None:
     status = monitor.status()
     assert monitor.logged() == 0 and status["incidents"] == [], status["incidents"]
     assert {n: w["pid"] for n, w in status["workers"].items()} == {GENUINE: os.getpid()}
-    assert status["faults"] == []
+    assert status.get("faults", []) == []
 
 
 def no_answer(sock: socket.socket, wait_s: float = 0.5) -> None:
@@ -122,11 +128,11 @@ def test_a_forged_beat_and_a_forged_inject_without_the_key_are_dropped(job, fore
     naming a foreign pid, then faults against it. Nothing enters the table, nothing fires."""
     monitor, _ = job
     forger = Channel("job-a", os.urandom(32))
-    beat, inject = beat_body("trainer:9", foreign), {"chaos": "inject", "fault": {
+    beat, inject = beat_body("trainer:9", foreign), {"request": "chaos", "chaos": "inject", "fault": {
         "action": "kill", "worker": "trainer:9", "step": 0}}
     before = dict(monitor.drops())
     sock = send(monitor, json.dumps(beat).encode(), json.dumps(inject).encode(),
-                json.dumps({"chaos": "status"}).encode(), forger.seal(beat), forger.seal(inject))
+                json.dumps({"request": "chaos", "chaos": "status"}).encode(), forger.seal(beat), forger.seal(inject))
     settle(monitor, sum(before.values()), 5)
     drops = monitor.drops()
     assert (drops["unsigned"] - before["unsigned"], drops["bad_mac"] - before["bad_mac"]) == (3, 2)
@@ -155,9 +161,10 @@ def test_a_pid_reused_after_admission_is_not_signalled(chaos_job):
         send(monitor, monitor.sender_channel().seal(beat_body("trainer:3", child.pid)))
         wait_for(lambda: "trainer:3" in monitor.status()["workers"])
         monitor.processes.started[child.pid] -= 100.0  # as if the pid were another process's now
-        monitor.chaos.inject({"action": "kill", "worker": "trainer:3", "step": 0})
-        wait_for(lambda: monitor.chaos.fired_list())
-        [fired] = monitor.chaos.fired_list()
+        chaos = monitor.extensions["chaos"]
+        chaos.inject({"action": "kill", "worker": "trainer:3", "step": 0})
+        wait_for(lambda: chaos.fired_list())
+        [fired] = chaos.fired_list()
         assert fired["ok"] is False and child.poll() is None
     finally:
         child.kill()
@@ -165,15 +172,16 @@ def test_a_pid_reused_after_admission_is_not_signalled(chaos_job):
 
 
 def test_a_production_job_takes_no_fault_and_answers_nothing_even_sealed(job, foreign):
-    """Without ``chaos`` in the job's config there is no fault injector: a sealed inject or
+    """Without the chaos plugin registered there is no fault injector: a sealed inject or
     status request is dropped and counted, and nothing answers it."""
     monitor, _ = job
     insider = monitor.sender_channel()
     before = monitor.drops()
-    sock = send(monitor, insider.seal({"chaos": "inject", "fault": {"action": "kill", "worker": GENUINE, "step": 0}}),
-                insider.seal({"chaos": "status"}))
+    inject = {"request": "chaos", "chaos": "inject", "fault": {"action": "kill", "worker": GENUINE, "step": 0}}
+    sock = send(monitor, insider.seal(inject), insider.seal({"request": "chaos", "chaos": "status"}))
     settle(monitor, sum(before.values()), 2)
-    assert monitor.chaos is None and monitor.drops()["chaos_off"] == before["chaos_off"] + 2
+    assert monitor.extensions == {}
+    assert monitor.drops()["unanswered_request"] == before["unanswered_request"] + 2
     no_answer(sock)
     unharmed(monitor, foreign)
 
@@ -319,12 +327,13 @@ def test_the_chaos_tool_refuses_a_job_started_without_it(monkeypatch):
     from rlweave.adapters.verl import chaos
     from rlweave.adapters.verl.resilience_monitor import KV_PREFIX
 
-    contact = {"address": "127.0.0.1:9", "key": os.urandom(32).hex(), "chaos": False}
+    contact = {"address": "127.0.0.1:9", "key": os.urandom(32).hex(), "extensions": []}
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(internal_kv, "_internal_kv_list", lambda prefix: [f"{KV_PREFIX}job-a".encode()])
     monkeypatch.setattr(internal_kv, "_internal_kv_get", lambda key: json.dumps(contact).encode())
-    with pytest.raises(SystemExit, match=r"without the chaos tool.*\+rlweave.resilience.chaos=true"):
+    fix = r"without the chaos tool.*RLWEAVE_PLUGIN_MODULES=rlweave.benchmarks.resilience_chaos"
+    with pytest.raises(SystemExit, match=fix):
         chaos.status()
-    contact["chaos"] = True
+    contact["extensions"] = ["chaos"]
     address, channel = chaos._monitor("auto")
     assert address == ("127.0.0.1", 9) and channel.job == "job-a" and channel.key_hex() == contact["key"]

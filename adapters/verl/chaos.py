@@ -1,14 +1,15 @@
-"""``rlweave chaos``: inject faults into a verl job, to see what it survives.
+"""``rlweave chaos``: inject faults into a verl job, to see what it survives. A tool of tests and
+benchmarks: no production code path knows it.
 
 Two ways in:
 
-- into a job that runs with ``+rlweave.resilience.enable=true`` and
-  ``+rlweave.resilience.chaos=true``: its monitor holds a :class:`FaultInjector`, which fires
-  each fault at the step and section it names (the same grammar as
-  ``rlweave.resilience.faults``); :func:`inject` and :func:`status` reach it over the monitor's
-  authenticated channel (its address and key are in the job's Ray internal KV, which only a
-  process able to run code in the job can read). A job without ``chaos`` has no injector: it
-  drops such requests, and this tool refuses before sending one;
+- into a job that runs with ``+rlweave.resilience.enable=true`` and the chaos plugin registered
+  (:mod:`rlweave.benchmarks.resilience_chaos`, which tests and benchmarks register through the
+  job's environment): its monitor has a fault injector, which fires each fault at the step and
+  section it names; :func:`inject` and :func:`status` reach it over the monitor's authenticated
+  channel (its address and key are in the job's Ray internal KV, which only a process able to run code
+  in the job can read). A job without the plugin has no injector: its monitor drops such
+  requests, and this tool refuses before sending one;
 - into any verl job on this machine, resilience on or off (the baseline: verl's own path), at
   once: find the worker's process (a trainer rank is ``ray::WorkerDict`` with ``RANK``; a
   replica's engine is the vLLM engine process with ``VERL_REPLICA_RANK``, its server that
@@ -16,7 +17,8 @@ Two ways in:
   own, whose raylet is the parent of its workers: where several jobs run, the tool refuses
   unless told which (the pid of the job's driver, or of any process above it).
 
-And offline: corrupt the newest persisted checkpoint (or a chosen step's) of a checkpoint folder.
+And offline: corrupt the newest persisted checkpoint (or a chosen step's) of a checkpoint folder
+(:func:`corrupt_newest`; a ``corrupt`` fault is refused in a job's schedule).
 """
 
 from __future__ import annotations
@@ -24,121 +26,18 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
-from rlweave.adapters.heartbeat import Received
 from rlweave.adapters.heartbeat_channel import MAX_DATAGRAM, MONITOR, Channel, Rejected, ReplayGuard
 from rlweave.adapters.verl import checkpoints as ckpt
-from rlweave.types import FaultSpec, WorkerIncident
+from rlweave.types import FaultSpec
 
-if TYPE_CHECKING:
-    from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor
-
-CONTROLLER = "controller:0"
-
-
-class FaultInjector:
-    """The chaos tool inside a job's monitor (only where the job's config enables it): at the
-    step and section a fault names, SIGKILL or SIGSTOP its worker's process (through the
-    monitor, which signals only the job's own processes), or tell the worker (in the reply to
-    its beat) to run ``factor`` times slower; and ``rlweave chaos`` requests (``inject``,
-    ``status``) answered over the channel."""
-
-    def __init__(self, monitor: ResilienceMonitor, faults: list[FaultSpec]) -> None:
-        self.monitor = monitor
-        self.lock = threading.Lock()
-        self.faults = list(faults)
-        self.fired: list[dict[str, Any]] = []
-        self.firing: set[int] = set()  # fault indexes fired or being fired (two threads fire)
-        self.armed: dict[int, float] = {}  # fault index -> when it fires
-        self.slow: dict[str, float] = {}  # worker -> factor
-
-    def inject(self, fault: dict[str, Any]) -> None:
-        """Add a fault (``rlweave chaos inject`` on a running job)."""
-        with self.lock:
-            self.faults.append(FaultSpec(**fault))
-
-    def fired_list(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return list(self.fired)
-
-    def on_request(self, got: Received) -> None:
-        """``rlweave chaos`` on a running job: ``inject`` a fault, or the monitor's ``status``."""
-        m = got.message
-        if m["chaos"] == "inject":
-            self.inject(m["fault"])
-            self.monitor.receiver.reply(got, {"injected": m["fault"]})
-        elif m["chaos"] == "status":
-            status = self.monitor.status()
-            status["incidents"] = status["incidents"][-20:]  # a datagram's worth
-            self.monitor.receiver.reply(got, status)
-
-    def after_beat(self, got: Received, now: float) -> None:
-        """A worker beat: tell it its ``slow`` factor, arm the faults whose moment came, fire
-        those due (a fault without a delay fires on the beat that arms it)."""
-        with self.lock:
-            factor = self.slow.get(got.message["worker"])
-        if factor is not None:
-            self.monitor.receiver.reply(got, {"slow": factor})
-        self._arm(now)
-        self.fire_due(now)
-
-    def _target_in(self, fault: FaultSpec, workers: dict[str, dict[str, Any]]) -> bool:
-        """Whether the fault's section is running: a rollout worker's is its replica server's
-        (``generate``: requests in flight on that replica); a trainer rank's is its own; another
-        worker's is its own or the controller's stage."""
-        if not fault.section:
-            return True
-        if fault.worker.startswith("rollout:"):
-            names = [fault.worker.split("/", 1)[0]]
-        elif fault.worker.startswith("trainer:"):
-            names = [fault.worker]  # a trainer rank times its own sections: fire inside one
-        else:
-            names = [fault.worker, CONTROLLER]
-        return any(workers.get(n, {}).get("section") == fault.section for n in names)
-
-    def _arm(self, now: float) -> None:
-        with self.monitor.lock:
-            workers, step = dict(self.monitor.workers), self.monitor.job_step
-        with self.lock:
-            for index, fault in enumerate(self.faults):
-                if index in self.armed or fault.action == "corrupt":
-                    continue
-                if fault.worker in workers and step >= fault.step and self._target_in(fault, workers):
-                    self.armed[index] = now + fault.delay_s
-
-    def fire_due(self, now: float) -> None:
-        with self.lock:
-            due = [(i, self.faults[i]) for i, at in self.armed.items() if at <= now and i not in self.firing]
-            self.firing.update(i for i, _ in due)
-        for index, fault in due:
-            if fault.action == "slow":
-                with self.lock:
-                    self.slow[fault.worker] = fault.factor
-                ok = True
-            else:
-                ok = self.monitor._kill(fault.worker, signal.SIGKILL if fault.action == "kill" else signal.SIGSTOP,
-                                        "chaos")
-            with self.monitor.lock:
-                pid, step = self.monitor.workers.get(fault.worker, {}).get("pid", 0), self.monitor.job_step
-            record = {"index": index, "fault": asdict(fault), "time_s": time.time(), "ok": ok, "pid": pid, "step": step}
-            print(f"rlweave chaos: {fault.action} {fault.worker} at step {step} ({'done' if ok else 'failed'})")
-            with self.lock:
-                self.fired.append(record)
-
-    def fault_time(self, incident: WorkerIncident) -> float:
-        """When a fault was injected into this worker (or its replica), 0 when none was."""
-        replica = incident.worker.split("/", 1)[0]
-        with self.lock:
-            times = [f["time_s"] for f in self.fired if f["fault"]["worker"].split("/", 1)[0] == replica
-                     and f["fault"]["action"] in ("kill", "stop", "slow") and f["time_s"] <= incident.detected_s]
-        return max(times, default=0.0)
+REQUEST = "chaos"  # what the monitor's chaos extension answers (rlweave.benchmarks.resilience_chaos)
 
 
 def _environ(process: psutil.Process) -> dict[str, str]:
@@ -218,15 +117,18 @@ def _monitor(address: str) -> tuple[tuple[str, int], Channel]:
                          "'rlweave chaos kill|stop WORKER' (now)")
     job = keys[0].decode()[len(KV_PREFIX):]
     contact = json.loads(_internal_kv_get(keys[0]))
-    if not contact.get("chaos"):
+    if REQUEST not in contact.get("extensions", ()):
         raise SystemExit(f"rlweave chaos: job {job} was started without the chaos tool, so its monitor takes no "
-                         "faults from the network; start it with +rlweave.resilience.chaos=true to inject faults "
-                         "(or use 'rlweave chaos kill|stop WORKER' now, from this machine)")
+                         "faults from the network; start it with "
+                         "RLWEAVE_PLUGIN_MODULES=rlweave.benchmarks.resilience_chaos in its "
+                         "environment (tests and benchmarks only) to inject faults (or use 'rlweave chaos "
+                         "kill|stop WORKER' now, from this machine)")
     return parse_address(contact["address"]), Channel(job, bytes.fromhex(contact["key"]))
 
 
 def ask(monitor: tuple[str, int], channel: Channel, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
-    """Send the monitor one request, sealed on ``channel``, and return its answer: the first
+    """Send the monitor one request (``{"request": REQUEST, ...}``), sealed on ``channel``, and
+    return its answer: the first
     datagram from the monitor's address sealed by the monitor for this end."""
     guard = ReplayGuard(max_senders=1)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -253,11 +155,11 @@ def ask(monitor: tuple[str, int], channel: Channel, message: dict[str, Any], tim
 def inject(faults: tuple[FaultSpec, ...], address: str = "auto") -> None:
     monitor, channel = _monitor(address)
     for fault in faults:
-        ask(monitor, channel, {"chaos": "inject", "fault": asdict(fault)})
+        ask(monitor, channel, {"request": REQUEST, "chaos": "inject", "fault": asdict(fault)})
 
 
 def status(address: str = "auto") -> dict[str, Any]:
-    return ask(*_monitor(address), {"chaos": "status"})
+    return ask(*_monitor(address), {"request": REQUEST, "chaos": "status"})
 
 
 def corrupt_newest(root: str | os.PathLike, how: str = "flip", step: int | None = None) -> str:

@@ -143,7 +143,6 @@ class CheckpointStore:
         keep = t.config.trainer.get("max_actor_ckpt_to_keep", None)
         world = t.actor_rollout_wg.world_size
         data = self.dataloader_states[step]
-        corrupt = any(f.action == "corrupt" and f.step == step for f in self.settings.faults)
 
         def write() -> None:
             try:
@@ -151,10 +150,8 @@ class CheckpointStore:
                 parts = ckpt.on_each_host(self.hosts, "persist",
                                           lambda node: (str(source), str(partial_dir), self._ranks(node)))
                 files = {k: v for part in parts for k, v in part.items()}
-                final = ckpt.finish_persist(root, step, files, data, world, keep)
+                ckpt.finish_persist(root, step, files, data, world, keep)
                 self.figures["persist_s"] = time.perf_counter() - start
-                if corrupt:
-                    print(f"rlweave chaos: corrupt checkpoint {final}: {ckpt.corrupt(final)}")
             finally:
                 self.pinned.discard(step)
 

@@ -1,12 +1,12 @@
 """The resilience monitor of a verl job: two threads in the trainer's process (verl's TaskRunner).
 
 It receives every worker's UDP heartbeat (:mod:`rlweave.adapters.heartbeat`), hands each to
-``rlweave_heartbeat``, and every ``check_s`` asks ``rlweave_health_check`` what is wrong and
-``rlweave_incident`` what to do. It applies what is its to apply: ``kill`` ends a hung worker's
-process, and the "stop" half of a recovery (every trainer rank for ``rebuild``, the replica's
-processes for ``replace``), so that the trainer, blocked in a call to those workers, gets an
-error at once instead of waiting for a collective's timeout. The trainer takes the incidents it
-applies (replace, rebuild, abort) with :meth:`ResilienceMonitor.take`, a method call.
+``rlweave_heartbeat``, and every ``check_s`` asks ``rlweave_health_check`` what is wrong. It only
+detects: each incident found is queued, typed (:class:`~rlweave.types.WorkerIncident`), on
+:attr:`ResilienceMonitor.incidents`. What to do about it is decided in one place, the trainer's
+(:mod:`.resilience_recovery`), which also signals processes through the monitor
+(:meth:`ResilienceMonitor.signal_worker`, :meth:`ResilienceMonitor.kill_workers`): the monitor
+is the one that knows which process is the job's.
 
 Why in the trainer's process and not an actor of its own: the monitor needs nothing from Ray
 but a process that lives as long as the job, and the trainer's is that process (when it dies,
@@ -28,10 +28,10 @@ descends from this job's raylet and started when it did at its first beat (:clas
 on another node, only a verl worker actor of this Ray job, through Ray. Its worker table is
 bounded, and what it refuses is counted (:meth:`ResilienceMonitor.drops`).
 
-The chaos tool's faults (:class:`rlweave.adapters.verl.chaos.FaultInjector`) exist in a job
-only if its config enables them (``rlweave.resilience.chaos=true``): without it the monitor
-never replies to a datagram, answers no ``rlweave chaos`` request (it drops and counts them),
-and fires no fault.
+A test or a benchmark may extend the monitor (:class:`MonitorExtension`; the chaos tool,
+:mod:`rlweave.benchmarks.resilience_chaos`, is one): a plugin registered in the job's host
+that has a ``monitor_extension`` attribute. A production job registers none: its monitor never
+replies to a datagram and answers no request (it drops and counts them, ``unanswered_request``).
 
 What monitoring costs is counted where it is spent: the CPU time of the monitor's own threads,
 and each sender's, reported in its beats (:meth:`ResilienceMonitor.costs`).
@@ -41,14 +41,16 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import ray
@@ -56,12 +58,12 @@ import ray
 from rlweave.adapters.heartbeat import HeartbeatReceiver, Received
 from rlweave.adapters.heartbeat_channel import Channel
 from rlweave.host import get_host
-from rlweave.types import FaultSpec, Health, Heartbeat, RecoveryKind, SectionTime, WorkerIncident
+from rlweave.types import Health, Heartbeat, SectionTime, WorkerIncident
 
 CONTROLLER = "controller:0"
 KV_PREFIX = "rlweave/resilience/monitor/"
 MAX_WORKERS = 1024  # worker names the table holds (a verl job has a few per GPU)
-REFUSALS = ("chaos_off", "malformed_beat", "too_many_workers", "foreign_pid", "pid_gone")
+REFUSALS = ("unanswered_request", "malformed_beat", "too_many_workers", "foreign_pid", "pid_gone")
 NOT_ATTACKS = ("pid_gone",)  # a worker that ended before its first beat was read: no one's fault
 BEAT_FIELDS = {"worker": str, "pid": int, "host": str, "seq": int, "step": int, "section": str,
                "section_s": (int, float)}
@@ -73,7 +75,7 @@ def kv_key(job_id: str) -> bytes:
 
 def monitor_contact(job_id: str) -> dict[str, Any] | None:
     """How to reach this Ray job's monitor once it runs (``None`` before): ``address``,
-    ``key`` (the channel's secret, hex) and whether it takes ``chaos`` requests."""
+    ``key`` (the channel's secret, hex) and the ``extensions`` whose requests it answers."""
     from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_initialized
 
     if not _internal_kv_initialized():
@@ -204,14 +206,40 @@ class ExitWatch:
             self._forget(key)
 
 
+class MonitorExtension(Protocol):
+    """What a test or benchmark adds to a job's monitor (the chaos tool): it answers the sealed
+    requests that name it (``{"request": name, ...}``), sees every admitted beat and every
+    check, adds to :meth:`ResilienceMonitor.status`, and may say when an incident's cause
+    was set off (:meth:`cause_s`; 0 when it set off none)."""
+
+    name: str
+
+    def on_request(self, got: Received) -> None: ...
+
+    def after_beat(self, got: Received, now: float) -> None: ...
+
+    def on_check(self, now: float) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def cause_s(self, incident: WorkerIncident) -> float: ...
+
+
+def registered_extensions() -> list[Callable[[ResilienceMonitor], MonitorExtension]]:
+    """The ``monitor_extension`` of each plugin registered in this process's host: a test's or a
+    benchmark's (``RLWEAVE_PLUGIN_MODULES``); none in a production job."""
+    plugins = get_host().pm.get_plugins()
+    return [p.monitor_extension for p in plugins if callable(getattr(p, "monitor_extension", None))]
+
+
 class ResilienceMonitor:
-    """See the module docstring. One per job, started by the resilient trainer. ``faults``:
-    ``None`` unless the job enabled the chaos tool (then the faults to fire, maybe none yet).
+    """See the module docstring. One per job, started by the resilient trainer. ``extensions``:
+    what makes the monitor's extensions (a test's chaos tool), each given the monitor.
     A test's monitor (``host_ip`` given) has no Ray: its workers are this process's
     descendants unless ``job_root`` says whose."""
 
-    def __init__(self, job_id: str, check_s: float, faults: list[FaultSpec] | None = None,
-                 host_ip: str | None = None, job_root: int | None = None) -> None:
+    def __init__(self, job_id: str, check_s: float, host_ip: str | None = None, job_root: int | None = None,
+                 extensions: Sequence[Callable[[ResilienceMonitor], MonitorExtension]] = ()) -> None:
         self.hook = get_host().hook
         self.host = socket.gethostname()
         self.job_id = job_id
@@ -223,21 +251,21 @@ class ResilienceMonitor:
         self.workers: dict[str, dict[str, Any]] = {}  # name -> last beat, plus "origin"
         self.exited: set[tuple[str, int]] = set()
         self.job_step, self.job_section = 0, ""
-        self.log: list[dict[str, Any]] = []  # incidents and what was done, for the trainer and the bench
-        self.taken = 0
+        self.detected: list[WorkerIncident] = []  # every incident found, for status and the step's figures
+        self.incidents: queue.Queue[WorkerIncident] = queue.Queue()  # found, not yet taken by the trainer
         self.counters: dict[str, int] = {}
         self.refused = dict.fromkeys(REFUSALS, 0)  # beats and requests that passed the channel, refused
         self.sender_cpu_s: dict[tuple[str, int], float] = {}  # (worker, pid) -> its sender's CPU so far
         self.thread_cpu_s = {"receive": 0.0, "check": 0.0}  # the monitor's threads' CPU so far (keys fixed)
-        self.chaos = None
-        if faults is not None:
-            from rlweave.adapters.verl.chaos import FaultInjector
-
-            self.chaos = FaultInjector(self, faults)
+        self.extensions: dict[str, MonitorExtension] = {}
+        for make in extensions:
+            extension = make(self)
+            self.extensions[extension.name] = extension
         if host_ip is None:  # a job's monitor; a test's has no Ray
             from ray.experimental.internal_kv import _internal_kv_put
 
-            contact = {"address": self.receiver.address, "key": self.channel.key_hex(), "chaos": self.chaos is not None}
+            contact = {"address": self.receiver.address, "key": self.channel.key_hex(),
+                       "extensions": sorted(self.extensions)}
             _internal_kv_put(kv_key(job_id), json.dumps(contact).encode(), overwrite=True)
         self.running = True
         self.threads = [threading.Thread(target=target, daemon=True, name=f"rlweave-{target.__name__}")
@@ -245,7 +273,7 @@ class ResilienceMonitor:
         for thread in self.threads:
             thread.start()
 
-    # ------------------------------------------------------------------ the trainer's (and chaos') API
+    # ------------------------------------------------------------------ the trainer's (and extensions') API
 
     def address(self) -> str:
         return self.receiver.address
@@ -255,14 +283,14 @@ class ResilienceMonitor:
         return self.channel.peer()
 
     def logged(self) -> int:
-        """How many incidents have been logged (taken or not)."""
+        """How many incidents have been found (taken or not)."""
         with self.lock:
-            return len(self.log)
+            return len(self.detected)
 
     def drops(self) -> dict[str, int]:
         """Datagrams not acted on, by reason: the channel's (unsigned, forged, replayed, stale,
-        another job's, over the rate, ...) and the monitor's own (a chaos request in a job without
-        chaos, a beat naming a process not this job's, a full worker table, a malformed beat)."""
+        another job's, over the rate, ...) and the monitor's own (a request no extension of this
+        job answers, a beat naming a process not this job's, a full worker table, a malformed beat)."""
         return {**self.receiver.drops, **self.refused}
 
     def dropped(self) -> int:
@@ -282,19 +310,25 @@ class ResilienceMonitor:
             return ({w["pid"] for n, w in self.workers.items() if n.startswith(prefix)}
                     | {pid for n, pid in self.exited if n.startswith(prefix)})
 
-    def take(self) -> list[dict[str, Any]]:
-        """The incidents (with the monitor's decision) not handed to the trainer before."""
+    def names(self) -> list[str]:
+        """The workers in the table now."""
         with self.lock:
-            new, self.taken = self.log[self.taken:], len(self.log)
-        return new
+            return list(self.workers)
 
     def status(self) -> dict[str, Any]:
         with self.lock:
-            return {"job_step": self.job_step, "job_section": self.job_section,
-                    "workers": {n: {k: w.get(k) for k in ("pid", "host", "section", "step")}
-                                for n, w in self.workers.items()},
-                    "incidents": list(self.log), "faults": self.chaos.fired_list() if self.chaos else [],
-                    "counters": dict(self.counters), "dropped": self.drops()}
+            status = {"job_step": self.job_step, "job_section": self.job_section,
+                      "workers": {n: {k: w.get(k) for k in ("pid", "host", "section", "step")}
+                                  for n, w in self.workers.items()},
+                      "incidents": [_plain(asdict(i)) for i in self.detected],
+                      "counters": dict(self.counters), "dropped": self.drops()}
+        for extension in self.extensions.values():
+            status.update(extension.status())
+        return status
+
+    def cause_s(self, incident: WorkerIncident) -> float:
+        """When an extension set off this incident's cause (a test's fault); 0 in production."""
+        return max((e.cause_s(incident) for e in self.extensions.values()), default=0.0)
 
     def retire(self, names: list[str]) -> list[dict[str, Any]]:
         """The processes of ``names`` are being ended on purpose (a recovery replaces them):
@@ -307,10 +341,17 @@ class ResilienceMonitor:
                                                        retired=True))
         return gone
 
-    def kill_workers(self, names: list[str], why: str) -> list[str]:
+    def kill_workers(self, names: list[str]) -> list[str]:
         """Retire and SIGKILL the processes of ``names`` (this node's; others through Ray);
         returns those ended."""
         return [w["worker"] for w in self.retire(names) if self._signal(w, signal.SIGKILL)]
+
+    def signal_worker(self, name: str, sig: signal.Signals) -> bool:
+        """Send ``sig`` to worker ``name``'s process if it is one of this job's (see
+        :meth:`_signal`); False when it is not, or is gone."""
+        with self.lock:
+            w = self.workers.get(name)
+        return w is not None and self._signal(w, sig)
 
     def stop(self) -> None:
         self.running = False
@@ -330,12 +371,12 @@ class ResilienceMonitor:
             if got is None:
                 continue
             try:
-                if "chaos" not in got.message:
+                if "request" not in got.message:
                     self._on_message(got)
-                elif self.chaos is None:
-                    self.refused["chaos_off"] += 1
+                elif (extension := self.extensions.get(got.message["request"])) is None:
+                    self.refused["unanswered_request"] += 1
                 else:
-                    self.chaos.on_request(got)
+                    extension.on_request(got)
             except Exception as error:  # a malformed beat must not stop the monitor
                 self.refused["malformed_beat"] += 1
                 print(f"rlweave resilience monitor: dropped a beat ({type(error).__name__}: {error})")
@@ -385,8 +426,8 @@ class ResilienceMonitor:
             finished=finished))
         for report in m.get("reports", ()):
             self._exit(report["worker"], report.get("pid", 0), report.get("detail", "reported dead"))
-        if self.chaos is not None:
-            self.chaos.after_beat(got, now)
+        for extension in self.extensions.values():
+            extension.after_beat(got, now)
 
     def _exit(self, name: str, pid: int, detail: str) -> None:
         if (name, pid) in self.exited:
@@ -417,37 +458,11 @@ class ResilienceMonitor:
             self._exit(name, pid, why)
         for incidents in self.hook.rlweave_health_check(now_s=time.time()):
             for incident in incidents:
-                self._decide(incident)
-        if self.chaos is not None:
-            self.chaos.fire_due(time.time())
-
-    def _decide(self, incident: WorkerIncident) -> None:
-        action = self.hook.rlweave_incident(incident=incident)
-        done = ""
-        if action is not None and action.kind is RecoveryKind.KILL:
-            done = "killed" if self._kill(incident.worker, signal.SIGKILL, action.reason) else "kill failed"
-        elif action is not None and action.kind is RecoveryKind.REBUILD:
-            group = [n for n in self._names() if n.startswith("trainer:")]
-            done = f"stopped {', '.join(self.kill_workers(group, 'rebuild'))}"
-        elif action is not None and action.kind is RecoveryKind.REPLACE:
-            replica = incident.worker.split("/", 1)[0]
-            done = f"stopped {', '.join(self.kill_workers([n for n in self._names() if n.split('/')[0] == replica], 'replace'))}"
-        entry = {"incident": _plain(asdict(incident)), "action": action.kind.value if action else None,
-                 "reason": action.reason if action else "", "done": done,
-                 "fault_s": self.chaos.fault_time(incident) if self.chaos else 0.0}
-        print(f"rlweave resilience: {incident.kind.value} {incident.worker} (step {incident.step}, "
-              f"{incident.section or 'no section'}): {incident.detail} -> {entry['action']} {done}".rstrip())
-        with self.lock:
-            self.log.append(entry)
-
-    def _names(self) -> list[str]:
-        with self.lock:
-            return list(self.workers)
-
-    def _kill(self, name: str, sig: signal.Signals, why: str) -> bool:
-        with self.lock:
-            w = self.workers.get(name)
-        return w is not None and self._signal(w, sig)
+                with self.lock:
+                    self.detected.append(incident)
+                self.incidents.put(incident)
+        for extension in self.extensions.values():
+            extension.on_check(time.time())
 
     def _signal(self, w: dict[str, Any], sig: signal.Signals) -> bool:
         """Send ``sig`` to a worker's process: this node's directly, if it is still the process
@@ -500,7 +515,7 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Health) else v) for k, v in d.items()}
 
 
-def start_monitor(job_id: str, check_s: float, chaos: bool, faults: tuple[FaultSpec, ...]) -> ResilienceMonitor:
-    """Start this job's monitor in the caller's process (the trainer's); it listens at once.
-    The chaos tool's faults exist only where the job's config enabled ``chaos``."""
-    return ResilienceMonitor(job_id, check_s, list(faults) if chaos else None)
+def start_monitor(job_id: str, check_s: float) -> ResilienceMonitor:
+    """Start this job's monitor in the caller's process (the trainer's); it listens at once,
+    with the extensions of the plugins registered here (none in production)."""
+    return ResilienceMonitor(job_id, check_s, extensions=registered_extensions())

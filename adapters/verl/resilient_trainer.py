@@ -23,8 +23,9 @@ to the trainer's one stage seam (:mod:`.trainer`) and only adds, around verl's o
   layout, atomically, with a manifest of checksums; on resume, the newest checkpoint that
   verifies is loaded (and a rebuild before the next host snapshot restores from it).
 
-What to do is always the plugin's answer to ``rlweave_incident``; what was done goes to
-``rlweave_recovery_done``. Per-step figures join verl's metrics under ``rlweave/resilience/``.
+What to do is always the plugin's answer to ``rlweave_incident``, asked in one place for the
+monitor's incidents and the trainer's failed calls alike (:mod:`.resilience_recovery`); what
+was done goes to ``rlweave_recovery_done``. Per-step figures join verl's metrics under ``rlweave/resilience/``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ from verl.workers.utils.losses import value_loss
 from rlweave.adapters import heartbeat
 from rlweave.adapters.verl.checkpoint_store import CheckpointStore
 from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
+from rlweave.adapters.verl.resilience_recovery import (
+    IncidentDesk,
+    RecoveryExecutor,
+    TrainerGroupLost,
+    trainer_incident,
+)
 from rlweave.adapters.verl.resilient_workers import (
     SNAPSHOT_US,
     ResilientActorRolloutRefWorker,
@@ -74,18 +81,6 @@ from rlweave.types import (
 METRIC = "rlweave/resilience"
 SNAPSHOTTED = {Stage.UPDATE_ACTOR: "actor", Stage.UPDATE_CRITIC: str(Role.Critic)}  # update stage -> its model
 POLL_S = 0.25
-FAILURE_MARKS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo",
-                 "ActorDiedError", "ActorUnavailableError")
-
-
-class TrainerGroupLost(RuntimeError):
-    """The monitor found a trainer rank dead while no worker call was running."""
-
-
-def _incident(entry: dict[str, Any]) -> WorkerIncident:
-    fields = dict(entry["incident"])
-    fields["kind"] = Health(fields["kind"])
-    return WorkerIncident(**fields)
 
 
 class Resilience:
@@ -109,6 +104,7 @@ class Resilience:
         self.step_figures: dict[str, float] = {}
         self.store: CheckpointStore | None = None  # from start()
         self.monitor: ResilienceMonitor | None = None
+        self.desk: IncidentDesk | None = None
         self.sender: heartbeat.HeartbeatSender | None = None
         self.submitted: dict[str, str] = {}  # uid -> dataset index, of the prompts of this step
         self.cpu_seen: dict[str, float] = {}  # monitoring's CPU totals at the last step's end
@@ -144,7 +140,8 @@ class Resilience:
     # ------------------------------------------------------------------ start and stop
 
     def start(self) -> None:
-        self.monitor = start_monitor(self.job_id, self.settings.check_s, self.settings.chaos, self.settings.faults)
+        self.monitor = start_monitor(self.job_id, self.settings.check_s)
+        self.desk = IncidentDesk(self.hook, self.monitor, RecoveryExecutor(self.monitor))
         self.sender = heartbeat.start(self.monitor.address(), CONTROLLER, self.settings.heartbeat_s,
                                       channel=self.monitor.sender_channel())
         self.store = CheckpointStore(self.trainer, self.settings, self.hook, self.snapshots, self.step_figures)
@@ -152,6 +149,8 @@ class Resilience:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+        if self.desk is not None:
+            self.desk.stop()
         if self.monitor is not None:
             status = self.monitor.status()
             self.monitor.stop()
@@ -166,26 +165,24 @@ class Resilience:
     # ------------------------------------------------------------------ incidents
 
     def poll(self) -> None:
-        """Take the monitor's new incidents and apply the decision it logged with each, for
-        those the trainer applies (one decision per incident: the policy counts recoveries)."""
-        for entry in self.monitor.take():
-            if entry["action"] not in (RecoveryKind.REPLACE.value, RecoveryKind.REBUILD.value,
-                                       RecoveryKind.ABORT.value):
-                if entry["incident"]["kind"] == Health.STRAGGLER.value:
+        """Take the monitor's incidents the desk decided since the last poll, and keep those
+        whose second half is the trainer's (replace, rebuild, abort) for the safe point."""
+        for incident, action in self.desk.take():
+            if action is None or action.kind not in (RecoveryKind.REPLACE, RecoveryKind.REBUILD, RecoveryKind.ABORT):
+                if incident.kind is Health.STRAGGLER:
                     self.count("stragglers")
                 continue
-            self._apply_later(_incident(entry), RecoveryAction(RecoveryKind(entry["action"]), entry["reason"]))
+            self._apply_later(incident, action)
 
-    def _apply_later(self, incident: WorkerIncident, action: RecoveryAction | None) -> None:
+    def _apply_later(self, incident: WorkerIncident, action: RecoveryAction) -> None:
         if incident.role == "trainer" and (incident.pid in self.replaced_pids or incident.since_s < self.last_rebuild_s):
             return  # a process a rebuild replaced (its exit may be logged after the trainer saw it)
         replica = int(incident.worker.split(":")[1].split("/")[0]) if incident.role == "rollout" else -1
         if incident.role == "rollout" and incident.since_s < self.last_replace_s.get(replica, 0.0):
             return
-        if action is None or action.kind is RecoveryKind.ABORT:
-            reason = action.reason if action else "no plugin decided"
+        if action.kind is RecoveryKind.ABORT:
             raise RuntimeError(f"rlweave resilience: {incident.worker} {incident.kind.value} "
-                               f"({incident.detail}); giving up: {reason}")
+                               f"({incident.detail}); giving up: {action.reason}")
         if action.kind is RecoveryKind.REPLACE:
             self.pending_replace[replica] = incident
         elif action.kind is RecoveryKind.REBUILD:
@@ -206,16 +203,13 @@ class Resilience:
         if self.pending_rebuild is not None:
             incident, self.pending_rebuild = self.pending_rebuild, None
             return incident
-        text = f"{type(error).__name__}: {error}"
         direct = isinstance(error, (ray.exceptions.RayActorError, TrainerGroupLost))
         if self.pending_replace and not direct:
             return None  # a worker's call into a dead replica: the replacement answers it
-        if not direct and not any(mark in text for mark in FAILURE_MARKS):
+        incident = trainer_incident(error, self._rank_of(error), self.trainer.global_steps, time.time())
+        if incident is None:
             return None
-        now = time.time()
-        incident = WorkerIncident(worker=f"trainer:{self._rank_of(error)}", kind=Health.DEAD,
-                                  step=self.trainer.global_steps, detected_s=now, since_s=now, detail=text[:300])
-        action = self.hook.rlweave_incident(incident=incident)
+        action = self.desk.handle(incident)  # the same question, asked once, as the monitor's incidents
         if action is None or action.kind is not RecoveryKind.REBUILD:
             return None
         return incident
@@ -304,9 +298,8 @@ class Resilience:
 
     def _done(self, incident: WorkerIncident, action: RecoveryAction, start: float, phases: Phases) -> None:
         status = self.monitor.status()
-        faults = [f["time_s"] for f in status["faults"] if f["time_s"] <= incident.detected_s]
         record = RecoveryRecord(incident=incident, action=action, start_s=start, end_s=time.time(),
-                                fault_s=max(faults, default=0.0),
+                                fault_s=self.monitor.cause_s(incident),
                                 steps_redone=int(action.kind is RecoveryKind.REBUILD),
                                 requests_resubmitted=status["counters"].get(RESUBMITTED, 0),
                                 detail=str(phases))

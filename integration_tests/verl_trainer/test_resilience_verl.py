@@ -9,8 +9,9 @@ and 4. The newest is then corrupted, and the second run resumes: it must skip it
 train steps 3 and 4 again without a fault, and produce the first run's metrics for them (the
 runs are deterministic: greedy samples and verl's deterministic FSDP), so the faulty steps
 trained the same prompts with the same samples as a run without faults. The second run is
-also the clean run that must raise no incident, and a production one: the chaos tool off, so its
-monitor takes no fault from the network. Both runs' heartbeats are sealed with their job's key:
+also the clean run that must raise no incident, and a production one: the chaos tool (a plugin
+the first run registers through its environment) absent, so its monitor takes no fault from the
+network. Both runs' heartbeats are sealed with their job's key:
 a datagram the monitor refused would show in ``dropped``.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from rlweave.adapters.verl import checkpoints as ckpt
+from rlweave.benchmarks.resilience_chaos import chaos_env
 from rlweave.benchmarks.verl_runs import VerlRun, run_verl
 from rlweave.tracing import load_events
 
@@ -35,7 +37,6 @@ DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
 FAULTS = ("slow:trainer:1@1x3;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
           "stop:trainer:0@4.update_actor")
 RESILIENCE = ("+rlweave.resilience.enable=true",)
-CHAOS = ("+rlweave.resilience.chaos=true",)
 # To float noise: two ranks' gradients are reduced in an order the batch's arrival sets (seen:
 # grad_norm 9e-5 relative). pg_loss is left out: of whitened advantages it is a sum near 1e-8,
 # noise of the same order, so neither a relative nor an absolute tolerance judges it.
@@ -56,8 +57,11 @@ def spans(run: VerlRun, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory) -> VerlRun:
-    return run_verl("grpo", tmp_path_factory.mktemp("faulty"), steps=4, save_freq=2, ranks=2, timeout_s=1100,
-                    extra=DETERMINISTIC + RESILIENCE + CHAOS + (f"+rlweave.resilience.faults='{FAULTS}'",))
+    with pytest.MonkeyPatch.context() as env:  # the chaos tool: a plugin this run alone registers
+        for key, value in chaos_env(FAULTS).items():
+            env.setenv(key, value)
+        return run_verl("grpo", tmp_path_factory.mktemp("faulty"), steps=4, save_freq=2, ranks=2, timeout_s=1100,
+                        extra=DETERMINISTIC + RESILIENCE)
 
 
 @pytest.fixture(scope="module")

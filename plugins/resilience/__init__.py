@@ -14,5 +14,6 @@ Pure parts, no framework imported:
 
 The verl adapter is :mod:`rlweave.adapters.verl.resilience` (the trainer's recovery, the
 host-memory snapshots, the monitor); heartbeat senders are
-:mod:`rlweave.adapters.heartbeat`. Faults to inject are written as in :mod:`rlweave.chaos`.
+:mod:`rlweave.adapters.heartbeat`. Faults are injected by the chaos tool, a plugin of tests and
+benchmarks (:mod:`rlweave.benchmarks.resilience_chaos`).
 """

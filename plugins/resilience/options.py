@@ -22,10 +22,9 @@ class ResilienceConfig(PluginSection):
     slower than the median rank's makes a straggler, reported; ``evict_stragglers`` replaces it.
     Trainer state is snapshot to host memory (``snapshot_dir``) every ``snapshot_every`` steps;
     verl's ``save_freq`` checkpoints are staged there and persisted in the background. At most
-    ``max_recoveries`` recoveries per run, each within ``recovery_timeout_s``. ``chaos``: the
-    chaos tool, for tests and benchmarks only (off: the monitor injects no fault and answers no
-    request from the network); ``faults``: faults to inject (:mod:`rlweave.chaos`), e.g.
-    ``kill:trainer:1@3.update_actor``, which need ``chaos``.
+    ``max_recoveries`` recoveries per run, each within ``recovery_timeout_s``. Faults are
+    injected by the chaos tool, a test's and a benchmark's plugin, not an option here
+    (:mod:`rlweave.benchmarks.resilience_chaos`).
     """
 
     available: ClassVar[bool] = True
@@ -42,12 +41,8 @@ class ResilienceConfig(PluginSection):
     snapshot_dir: str = "/dev/shm/rlweave-snapshots"
     max_recoveries: int = 5
     recovery_timeout_s: float = 300.0
-    chaos: bool = False
-    faults: str = ""
 
     def finalize(self) -> None:
-        from rlweave.chaos import parse_faults
-
         key = "rlweave.resilience"
         for option, ok, allowed in (
             ("heartbeat_s", 0 < self.heartbeat_s <= 10, "in (0, 10] seconds"),
@@ -63,13 +58,6 @@ class ResilienceConfig(PluginSection):
         ):
             if not ok:
                 raise ConfigError(f"bad value {getattr(self, option)!r} for '{key}.{option}'; allowed: {allowed}.")
-        try:
-            parse_faults(self.faults or "")
-        except ValueError as error:
-            raise ConfigError(f"bad value for '{key}.faults': {error}") from None
-        if self.faults and not self.chaos:
-            raise ConfigError(f"'{key}.faults' injects faults, which only a job with the chaos tool enabled "
-                              f"does; add +{key}.chaos=true (tests and benchmarks only), or drop the faults.")
         self.snapshot_dir = os.path.abspath(self.snapshot_dir)
 
 

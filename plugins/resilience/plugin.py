@@ -1,17 +1,15 @@
 """Hook implementations of the resilience plugin (MegaScale).
 
 One process holds the state, verl's trainer: its monitor's threads feed one
-:class:`~.monitor.HealthMonitor` through ``rlweave_heartbeat`` and ask ``rlweave_health_check``
-and ``rlweave_incident`` (one decision per incident; :class:`~.policy.RecoveryPolicy` counts the
-recoveries), and the trainer applies the decisions that are its to apply; it asks
-``rlweave_incident`` itself only for a worker failure the monitor did not log.
+:class:`~.monitor.HealthMonitor` through ``rlweave_heartbeat`` and ask ``rlweave_health_check``,
+and the trainer asks ``rlweave_incident`` once per incident, the monitor's and those of its own
+failed calls alike (:class:`~.policy.RecoveryPolicy` counts the recoveries).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlweave.chaos import parse_faults
 from rlweave.config import RlweaveConfig
 from rlweave.hookspecs import hookimpl
 from rlweave.plugins.resilience.checkpoints import newest_good
@@ -40,8 +38,7 @@ def rlweave_configure(config: RlweaveConfig) -> None:
     c = config.resilience
     settings = ResilienceSettings(heartbeat_s=c.heartbeat_s, check_s=c.check_s, snapshot_every=c.snapshot_every,
                                   snapshot_dir=c.snapshot_dir, max_recoveries=c.max_recoveries,
-                                  recovery_timeout_s=c.recovery_timeout_s, faults=parse_faults(c.faults),
-                                  chaos=c.chaos)
+                                  recovery_timeout_s=c.recovery_timeout_s)
     monitor = HealthMonitor(MonitorPolicy(heartbeat_s=c.heartbeat_s, safety_factor=c.safety_factor,
                                           min_timeout_s=c.min_timeout_s, initial_timeout_s=c.initial_timeout_s,
                                           section_floor_s=c.section_floor_s,

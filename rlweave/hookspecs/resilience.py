@@ -46,9 +46,9 @@ def rlweave_health_check(now_s: float) -> Sequence[WorkerIncident]:
 def rlweave_incident(incident: WorkerIncident) -> RecoveryAction | None:
     """What to do about an incident: kill, replace, rebuild, report or abort.
 
-    Called by the monitor for what its health check found (it applies ``kill`` itself)
-    and by the verl trainer for a worker failure it met (it applies ``replace`` and
-    ``rebuild``). ``None``: the framework's own behaviour (the job fails).
+    Called once per incident, in one place (the verl trainer's), for what the monitor's health
+    check found and for a worker failure the trainer met alike; the adapter applies the answer.
+    ``None``: the framework's own behaviour (the job fails).
     """
 
 
