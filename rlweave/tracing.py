@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,8 +38,11 @@ class Tracer:
         self.enabled = False
         self.directory: Path | None = None
         self.process_name = "main"
-        self._buffer: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
+        # Recording runs on hot paths (every vLLM engine iteration): a deque takes appends without
+        # a lock (the flusher pops from the other end), and the pid is read once per process, not
+        # by a system call per event.
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._pid = os.getpid()
         self._write_lock = threading.Lock()  # one flush at a time, so lines never interleave
         self._flusher: threading.Thread | None = None
         self._atexit_registered = False
@@ -85,10 +89,9 @@ class Tracer:
             self._add({"name": name, "ph": "i", "ts": now_us(), "worker": worker, "args": args})
 
     def _add(self, event: dict[str, Any]) -> None:
-        event["pid"] = os.getpid()
+        event["pid"] = self._pid
         event["process"] = self.process_name
-        with self._lock:
-            self._buffer.append(event)
+        self._buffer.append(event)
 
     def _start_flusher(self) -> None:
         self._flusher = threading.Thread(target=self._flush_periodically, name="rlweave-trace-flush", daemon=True)
@@ -96,8 +99,10 @@ class Tracer:
 
     def _after_fork_in_child(self) -> None:
         """A forked child (vLLM's engine core may be one) has none of the parent's threads, and
-        its locks may have been taken by one of them at the fork: new locks, a new flusher."""
-        self._lock, self._write_lock = threading.Lock(), threading.Lock()
+        its lock may have been taken by one of them at the fork: a new lock, its own pid, a new
+        flusher."""
+        self._write_lock = threading.Lock()
+        self._pid = os.getpid()
         if self._flusher is not None:
             self._start_flusher()
 
@@ -112,8 +117,8 @@ class Tracer:
             return None
         path = self.directory / f"{self.process_name}-{os.getpid()}.jsonl"
         with self._write_lock:
-            with self._lock:
-                events, self._buffer = self._buffer, []
+            buffer = self._buffer
+            events = [buffer.popleft() for _ in range(len(buffer))]  # appends may go on meanwhile
             if events:
                 with path.open("a") as f:
                     f.writelines(json.dumps(e, default=str) + "\n" for e in events)

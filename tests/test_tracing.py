@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 
 from rlweave.tracing import (
     Tracer,
@@ -73,12 +74,32 @@ def test_a_forked_child_flushes_on_its_own(tmp_path):
               f"tracer.configure({str(tmp_path)!r}, process_name='parent')\n"
               f"pid = os.fork()\n"
               f"if pid == 0:\n"
-              f"    tracer.record_span('iteration', 'engine', 0.0, 1.0)\n"
+              f"    tracer.record_span('iteration', 'engine', 0.0, 1.0, me=os.getpid())\n"
               f"    time.sleep(3 * FLUSH_INTERVAL_S)\n"
               f"    os.kill(os.getpid(), signal.SIGKILL)\n"
               f"os.waitpid(pid, 0)\n")
     subprocess.run([sys.executable, "-c", script], check=True)
-    assert [e["name"] for e in load_events(tmp_path)] == ["iteration"]
+    events = load_events(tmp_path)
+    assert [e["name"] for e in events] == ["iteration"]
+    assert events[0]["pid"] == events[0]["args"]["me"]  # the child's pid (the tracer keeps one)
+
+
+def test_events_recorded_while_another_thread_flushes_are_all_written(tmp_path):
+    """The engine thread records without a lock while the flusher drains the buffer."""
+    tracer = Tracer()
+    tracer.configure(tmp_path, process_name="engine")
+    recorded = 20_000
+
+    def record() -> None:
+        for i in range(recorded):
+            tracer.record_span("iteration", "engine", float(i), i + 1.0)
+
+    thread = threading.Thread(target=record)
+    thread.start()
+    while thread.is_alive():
+        tracer.flush()
+    tracer.flush()
+    assert sorted(e["ts"] for e in load_events(tmp_path)) == [float(i) for i in range(recorded)]
 
 
 def test_a_start_up_stretch_with_no_span_is_cut_from_the_timeline_and_the_busy_shares(tmp_path):
