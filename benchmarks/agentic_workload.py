@@ -22,6 +22,9 @@ its prompts a deep tail of many turns. The shapes (``WORKLOADS``):
 - ``depth-mix-grouped``: 24 prompts x 4 samples; each prompt has its own chance of a deep sample
   (most near none, a few near all), else at most 3 turns, and its own heavy-tailed tool speed,
   shared by its samples: siblings carry the depth and the pace.
+- ``tool-speed-mix``: 24 prompts x 4 samples of a memoryless number of turns (at most 8), each
+  prompt with a heavy-tailed tool speed (log-normal, sigma 1.2: the slowest of 24 prompts about
+  ten times the median) shared by its samples: the pace, not the depth, decides.
 
 Trace format (``--trace FILE``), one trajectory per JSON line::
 
@@ -121,6 +124,9 @@ WORKLOADS: dict[str, WorkloadShape] = {
         "agent": TaskShape(2.0, 40.0, 0.3, tool_sigma=0.5, stop_chance=0.5, max_shallow_turns=3,
                            deep_chance=0.2, deep_concentration=1.0, prompt_tool_sigma=0.8,
                            max_tool_s=6.0)}, difficulty_sigma=0.0),
+    "tool-speed-mix": WorkloadShape(24, 4, {
+        "agent": TaskShape(2.5, 32.0, 0.3, tool_sigma=0.4, stop_chance=0.35, max_shallow_turns=8,
+                           prompt_tool_sigma=1.2, max_tool_s=10.0)}, difficulty_sigma=0.0),
 }
 
 
