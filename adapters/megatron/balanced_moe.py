@@ -55,8 +55,11 @@ expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no
 dropping), one micro-batch's forward and backward before the next forward of the layer
 (Megatron's no-pipelining schedule), a ``torch.optim`` optimizer over the layer's parameters or
 Megatron's non-distributed one (its distributed optimizer is refused: its shards are not moved
-yet), DDP without ``overlap_grad_reduce``. Checkpoints hold physical slots; use
-:meth:`ReplayBalancedMoELayer.logical_expert_state` / ``load_logical_expert_state``.
+yet), DDP without ``overlap_grad_reduce``. Checkpoints are logical: Megatron's distributed checkpoint
+(``sharded_state_dict``) holds each expert under its logical id, as Megatron's own layer saves it,
+and mbridge's weight export names them by logical id (``rlweave.patches.verl_megatron_layer_spec``);
+a plain ``state_dict`` holds physical slots (:meth:`ReplayBalancedMoELayer.logical_expert_state`
+reads them by logical id).
 """
 
 from __future__ import annotations
@@ -174,6 +177,9 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
         self.last_token_share = self.token_share.copy()
         self.ddp_state = "none"  # "held out" / "released": rlweave.adapters.megatron.balanced_ddp
+        self._load_prefix = ""
+        self.register_load_state_dict_pre_hook(self._remember_load_prefix)
+        self.register_load_state_dict_post_hook(self._spares_need_no_state)
 
     # ----- layout -----------------------------------------------------------------------------
     @property
@@ -213,6 +219,27 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
             params = self._slot_params(slot)
             out[int(self.physical_to_logical[slot])] = [_grad_of(p) if grads else p.detach() for p in params]
         return out
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> dict:
+        """Megatron's distributed-checkpoint state with the experts by logical id, spare slots
+        not saved (:func:`rlweave.adapters.megatron.logical_experts.logical_expert_shards`)."""
+        from rlweave.adapters.megatron.logical_experts import logical_expert_shards
+
+        state = super().sharded_state_dict(prefix, sharded_offsets, metadata)
+        experts = f"{prefix}experts."
+        state = {key: value for key, value in state.items() if not key.startswith(experts)}
+        return state | logical_expert_shards(self, experts, sharded_offsets, metadata)
+
+    def _remember_load_prefix(self, module: Any, state_dict: Any, prefix: str, *args: Any) -> None:
+        self._load_prefix = prefix
+
+    def _spares_need_no_state(self, module: Any, incompatible: Any) -> None:
+        """A checkpoint without spare slots (the logical one of :meth:`sharded_state_dict`, or
+        Megatron's layer's) loads strictly: a spare slot holds a replica, copied from its owner
+        before it serves tokens, so it has nothing to load."""
+        spares = tuple(f"{self._load_prefix}experts.local_experts.{s}."
+                       for s in range(self.home_slots, self.slots_per_rank))
+        incompatible.missing_keys[:] = [key for key in incompatible.missing_keys if not key.startswith(spares)]
 
     @torch.no_grad()
     def load_logical_expert_state(self, experts: dict[int, list[torch.Tensor]]) -> None:

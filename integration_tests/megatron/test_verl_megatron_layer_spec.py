@@ -26,8 +26,8 @@ def test_replay_balance_layers_built_by_verls_mbridge_path_equal_upstreams_model
         assert rank["patched"]  # by rlweave's verl entry point
         assert rank["classes"]["mlp"] == ["ReplayBalancedMoELayer"] * 2
         assert rank["classes_reference"]["mlp"] == ["MoELayer"] * 2
-        assert rank["unexpected"] == [] and rank["missing"] and all(
-            ".mlp.experts.local_experts.2." in name for name in rank["missing"])  # the spare slots only
+        # upstream's weights load strictly: the spare slots (replicas) have nothing to load
+        assert rank["unexpected"] == [] and rank["missing"] == []
         assert rank["homes"] == [[0, 1, -1, 2, 3, -1]] * 2  # Megatron's layout: no expert moved
         # the Megatron-Bridge branch (provider.transformer_layer_spec), on a stand-in provider
         assert rank["megatron_bridge"] == {"mlp": ["ReplayBalancedMoELayer"] * 2, "restored": True}

@@ -69,6 +69,11 @@ def make_bridge():
 
 def build(function) -> torch.nn.Module:
     """verl's model build: ``function`` is (patched or not) ``make_megatron_module``."""
+    return build_with_bridge(function)[0]
+
+
+def build_with_bridge(function) -> tuple[torch.nn.Module, object]:
+    """:func:`build`'s model and the bridge that built it."""
     from verl.utils.megatron_utils import McoreModuleWrapperConfig
 
     bridge = make_bridge()
@@ -82,7 +87,7 @@ def build(function) -> torch.nn.Module:
     finally:
         undo()
     assert "_get_transformer_layer_spec" not in vars(bridge) or not hasattr(function, "__wrapped__")  # restored
-    return model[0]
+    return model[0], bridge
 
 
 def megatron_bridge_branch(config) -> dict:
@@ -134,7 +139,9 @@ def compare_with_upstream(rank: int, ours: torch.nn.Module, patched) -> dict:
             "homes": [layer.physical_to_logical.tolist() for layer in balanced]}
 
 
-def run(rank: int, world_size: int, out: str, port: int) -> None:
+def start_rank(rank: int, world_size: int, port: int):
+    """This rank of a gloo EP group with the CPU shims, and verl imported: returns verl's
+    ``make_megatron_module`` as rlweave's entry point left it (patched or not)."""
     init_expert_parallel(rank, world_size, port)
     alltoall_without_cuda_streams()
     torch.nn.Module.cuda = lambda self, *args, **kwargs: self  # mbridge's get_model moves chunks to the GPU
@@ -145,7 +152,11 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
     import verl  # noqa: F401  (rlweave's entry point applies its patches)
     import verl.utils.megatron_utils as utils
 
-    patched = utils.make_megatron_module
+    return utils.make_megatron_module
+
+
+def run(rank: int, world_size: int, out: str, port: int) -> None:
+    patched = start_rank(rank, world_size, port)
     record: dict = {"patched": hasattr(patched, "__wrapped__")}
     torch.manual_seed(0)
     try:

@@ -15,7 +15,13 @@ so the module attribute is what it calls); for the duration of the call it puts
   compares against a ``ModelType`` member megatron-core 0.18 removed; it gets a stand-in for
   the call.
 
-Both are restored when the call returns. Applied only while a plugin places experts or decides
+Both are restored when the call returns. An mbridge bridge keeps one change past the call: its
+``export_weights`` (verl's per-step weight sync to the rollout engine, ``get_per_tensor_param``)
+and ``load_weights`` (the HF checkpoint at the start) name ``SequentialMLP`` experts by logical
+id (:func:`export_logical_experts`): mbridge maps only grouped experts, by position, and after a
+ReLibra move position is not identity.
+
+Applied only while a plugin places experts or decides
 TP linears (``rlweave.replay_balance``, ``rlweave.overlap``), and only where verl's Megatron
 utilities import (megatron-core installed).
 """
@@ -49,9 +55,12 @@ def apply() -> Revert:
         else:  # verl's bridge-less path (its engine asserts a bridge): nothing to wrap
             return original(*args, **kwargs)
         try:
-            return original(*args, **kwargs)
+            built = original(*args, **kwargs)
         finally:
             restore()
+        if provider is None:
+            export_logical_experts(bridge)
+        return built
 
     utils.make_megatron_module = make_megatron_module
 
@@ -136,3 +145,102 @@ def _local_block_spec(config: Any, vp_stage: int | None) -> Any:
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     return get_gpt_decoder_block_spec(config, use_transformer_engine=False, vp_stage=vp_stage)
+
+
+def export_logical_experts(bridge: Any) -> None:
+    """Give ``bridge`` (mbridge) an ``export_weights`` that yields each ``SequentialMLP`` expert
+    under its logical HF name, from its home slot (replicas skipped), and everything else as
+    mbridge does; and a ``load_weights`` that reads each home slot's logical expert from the HF
+    checkpoint. mbridge's own maps grouped experts only (``linear_fc1.weight<k>``, global id
+    ``E / ep * rank + k``) and raises on ``local_experts``; the experts go through its own
+    grouped-name conversion under the logical id instead. The instance keeps both: the bridge
+    serves the model built with rlweave's layers."""
+    original = bridge.export_weights
+    if getattr(original, "rlweave_logical_experts", False):
+        return
+
+    def export_weights(models: Any) -> Any:
+        return export_logical_weights(bridge, original, models)
+
+    export_weights.rlweave_logical_experts = True  # type: ignore[attr-defined]
+    bridge.export_weights = export_weights
+    names = bridge._weight_name_mapping_mcore_local_to_global
+    bridge._weight_name_mapping_mcore_local_to_global = lambda model, consider_ep=True: _logical_expert_names(
+        names(model, consider_ep), model)
+
+
+def _logical_expert_names(names: dict[str, str], model: Any) -> dict[str, str]:
+    """mbridge's local -> global parameter names (what ``load_weights`` reads the HF checkpoint
+    by) with each ``SequentialMLP`` home slot under its logical expert's grouped name and spare
+    slots left out (replicas: refilled from their owners before use)."""
+    from mbridge.core.util import unwrap_model
+
+    from rlweave.adapters.megatron.logical_experts import home_layout
+
+    for index, layer in enumerate(unwrap_model(model).decoder.layers):
+        if not _has_sequential_experts(layer):
+            continue
+        layout, per_rank = home_layout(layer.mlp)
+        first = layer.mlp.experts.ep_group.rank() * per_rank
+        prefix = f"decoder.layers.{index}.mlp.experts.local_experts."
+        for key in [key for key in names if key.startswith(prefix)]:
+            local, rest = key[len(prefix):].split(".", 1)
+            if int(local) < per_rank:
+                expert = layout[first + int(local)]
+                names[key] = f"decoder.layers.{layer.layer_number - 1}.mlp.experts.{rest}{expert}"
+            else:
+                del names[key]
+    return names
+
+
+def export_logical_weights(bridge: Any, original: Any, models: Any) -> Any:
+    """mbridge's ``export_weights`` (``original``) over ``models`` without their
+    ``SequentialMLP`` experts, then every logical expert under its grouped HF name."""
+    from mbridge.core.util import unwrap_model
+
+    models = unwrap_model(models if isinstance(models, list) else [models])
+    layers = [[layer for layer in model.decoder.layers if _has_sequential_experts(layer)] for model in models]
+    if not any(layers):
+        yield from original(models)
+        return
+    if bridge.mpu.pp_size > 1 or bridge.mpu.etp_size > 1:
+        raise NotImplementedError(
+            "rlweave: exporting SequentialMLP experts by logical id (rlweave's layers in verl) needs pipeline and "
+            "expert tensor parallel size 1 (an expert's weights would have to be gathered over those groups "
+            "too); set pipeline_model_parallel_size=1 and expert_tensor_parallel_size=1, or disable the plugin")
+    yield from original([_WithoutExperts(model, tuple(f"decoder.layers.{index}.mlp.experts.local_experts."
+                                                      for index, layer in enumerate(model.decoder.layers)
+                                                      if layer in chunk))
+                         for model, chunk in zip(models, layers, strict=True)])
+    yield from _logical_expert_weights(bridge, [layer for chunk in layers for layer in chunk])
+
+
+def _has_sequential_experts(layer: Any) -> bool:
+    from megatron.core.transformer.moe.experts import SequentialMLP
+
+    return isinstance(getattr(getattr(layer, "mlp", None), "experts", None), SequentialMLP)
+
+
+def _logical_expert_weights(bridge: Any, layers: list[Any]) -> Any:
+    from rlweave.adapters.megatron.logical_experts import logical_experts
+
+    for layer in layers:
+        for expert, tensors in logical_experts(layer.mlp):
+            for name, tensor in tensors.items():  # linear_fc1.weight, linear_fc2.weight
+                grouped = f"decoder.layers.{layer.layer_number - 1}.mlp.experts.{name}{expert}"
+                yield from zip(*bridge._weight_to_hf_format(grouped, tensor), strict=True)
+
+
+class _WithoutExperts:
+    """What mbridge's exporter reads of a model (``named_parameters``, ``state_dict``,
+    ``decoder``), minus the parameters under ``hidden`` prefixes."""
+
+    def __init__(self, model: Any, hidden: tuple[str, ...]) -> None:
+        self._model, self._hidden = model, hidden
+        self.decoder = model.decoder
+
+    def named_parameters(self) -> Any:
+        return ((n, p) for n, p in self._model.named_parameters() if not n.startswith(self._hidden))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self._model.state_dict().items() if not k.startswith(self._hidden)}
