@@ -60,10 +60,11 @@ VERL_SETTINGS: dict[Need, tuple[VerlSetting, ...]] = {
     ),
     Need.RLWEAVE_LAYERS: (
         VerlSetting("rlweave.{plugin}.enable", ("false",), "false",
-                    "verl 0.9's Megatron engine builds its model from Megatron's own layer spec, not rlweave's: "
-                    "its TransformerEngine spec (through Megatron-Bridge or mbridge) has no ReLibra MoE layer and "
-                    "has no ColumnParallelLinear or RowParallelLinear for overlap's linears to replace, so the "
-                    "plugin cannot run in a verl job yet; it runs in Megatron models built with "
+                    "verl 0.9's Megatron engine cannot run it yet: rlweave's patch makes its mbridge build use "
+                    "ReLibra's MoE layer, but the spare expert slots are not yet kept out of verl's distributed "
+                    "optimizer (its default) and Megatron-Bridge's weight sync names experts by position; its "
+                    "TransformerEngine spec has no ColumnParallelLinear or RowParallelLinear for overlap's "
+                    "linears to replace. Both run in Megatron models built with "
                     "rlweave.adapters.megatron.layer_spec (docs/replay_balance.md, docs/overlap.md)"),
     ),
 }

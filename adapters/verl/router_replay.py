@@ -76,8 +76,9 @@ def rebalance_before_step(model: Any, micro_batches: Sequence[Any], tf_config: A
     if not layers:
         raise RuntimeError(
             "rlweave.replay_balance is enabled but verl's Megatron model has no ReplayBalancedMoELayer: "
-            "verl 0.9 builds its model from Megatron's own layer spec, not rlweave's. Build the model "
-            "with rlweave.adapters.megatron.layer_spec (docs/replay_balance.md), or disable "
+            "it was not built through verl's make_megatron_module with rlweave's verl_megatron_layer_spec "
+            "patch applied (rlweave doctor lists the patch groups). Build it through verl's engine with "
+            "rlweave on, or with rlweave.adapters.megatron.layer_spec (docs/replay_balance.md), or disable "
             "rlweave.replay_balance")
     routes = [mb.get("routed_experts", None) for mb in micro_batches]
     if not routes or any(r is None for r in routes):
