@@ -43,10 +43,14 @@ run_side_by_side() {  # run_side_by_side "COMMAND; COMMAND" ...   (each COMMAND:
 # Alone: the unit group's resilience tests time detection (a worker silent for a few seconds).
 run_group unit .venv tests
 # The engine-less scheduler group once per vLLM release (docs/install.md's support matrix).
+# vLLM's own scheduler tests are stored for 0.24 and 0.31-0.34 only: 0.25-0.30 run the rest.
 run_vllm_scheduler_groups() {  # run_vllm_scheduler_groups VERSION...
-  local v
+  local v paths
   for v in "$@"; do
-    RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched integration_tests/vllm_scheduler 600
+    paths=integration_tests/vllm_scheduler
+    [[ -d $paths/vllm_upstream_tests/$v ]] ||
+      paths="$paths/test_register_and_compat.py $paths/test_rlweave_scheduler.py"
+    RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched "$paths" 600
   done
 }
 # Two chains side by side, of groups that check behaviour only (tokens, gradients, refusals,

@@ -11,8 +11,8 @@ downloads, a GPU-only path) and says nothing about rlweave; if it passes, it mus
 request to preempt, which a scheduling plugin changes on purpose. Any other difference fails
 here, and so does an entry of the list that no longer differs (the list stays true).
 docs/vllm_upstream_scheduler_tests.md has the lists and the counts per release. The releases
-between verl's pin and the newest pip installs beside verl (0.25-0.30) run the rest of the group
-without them (the test skips, and only there does the runner expect the skip).
+between verl's pin and the newest pip installs beside verl (0.25-0.30) have none stored: the
+runner runs the rest of the group there, without this file.
 """
 
 from __future__ import annotations
@@ -131,8 +131,7 @@ def run_upstream(version: str, mode: str, workdir: Path, only: list[str] | None 
 def test_vllms_own_scheduler_tests_pass_on_rlweaves_but_for_the_named_ones(
         vllm_version, series, tmp_path):
     version = vllm_version.split("+")[0]
-    if not (UPSTREAM / version).is_dir():  # scripts/test_floors.txt expects it for 0.25-0.30 only
-        pytest.skip(f"no upstream tests stored for vLLM {version}")
+    assert (UPSTREAM / version).is_dir(), f"no upstream tests stored for vLLM {version}"
     for name, config in STAND_INS.items():
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "config.json").write_text(json.dumps(config))
