@@ -7,10 +7,17 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 scripts/setup_envs.sh || { echo "environment setup failed" >&2; exit 1; }
-echo "=== environments ready after $SECONDS s"
+SETUP_S=$SECONDS
+echo "=== environments ready after $SETUP_S s"
 
 REPORTS=$(mktemp -d)
 TESTS_START=$SECONDS
+# CI stops the whole run at 90 minutes and then shows only the end of its output. The run keeps
+# its own budget below that (RLWEAVE_TEST_BUDGET_S, counted from the start, setup included): a
+# group that would start after it is not run and fails the run, a running group is stopped at
+# it, and every group's time is printed at the end either way, so a slow run says where its
+# time went instead of being cut off.
+BUDGET_END=${RLWEAVE_TEST_BUDGET_S:-4800}
 # The machine's busy and total CPU time so far (/proc/stat, in clock ticks): a group's line says
 # how many cores were busy while it ran (whoever kept them busy), the figure that says whether
 # another group could run beside it.
@@ -18,6 +25,12 @@ cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/st
 run_group() {  # run_group NAME ENV PATHS [TIMEOUT_S]   (PATHS: one or more, space-separated)
   local name=$1 env=$2 limit=${4:-1200} paths start=$SECONDS ticks
   IFS=' ' read -ra paths <<< "$3"  # (side-by-side chains run with IFS=';')
+  if (( BUDGET_END - SECONDS < limit )); then limit=$(( BUDGET_END - SECONDS )); fi
+  if (( limit <= 0 )); then
+    echo "$name (not run: the run's budget of $BUDGET_END s was spent)" | tee -a "$REPORTS/failed"
+    echo "=== $name: not run" >> "$REPORTS/times"
+    return
+  fi
   ticks=$(cpu_ticks)
   echo; echo "=== $name ($env) ==="
   timeout "$limit" "$ROOT/$env/bin/python" -m pytest "${paths[@]}" -q -p no:cacheprovider \
@@ -68,13 +81,10 @@ run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group
 # Alone: resilience in verl's trainer (two runs) times detection (hangs, stragglers).
 run_group verl_resilience .venv-verl031 $VT/test_resilience_verl.py 1500
 
-echo; cat "$REPORTS/times"
-echo "=== all groups: $((SECONDS - TESTS_START)) s after the environments were ready"
-echo
 # Counts per group, and a group below its floor or a skip nobody expected fails CI
-# (scripts/test_floors.txt).
+# (scripts/test_floors.txt). The times come last: CI shows the end of the output.
 .venv/bin/python scripts/check_test_reports.py "$REPORTS" || echo "test counts or skips (above)" >> "$REPORTS/failed"
-if [[ -s $REPORTS/failed ]]; then
-  sed 's/^/FAILED group: /' "$REPORTS/failed" >&2
-  exit 1
-fi
+[[ -s $REPORTS/failed ]] && sed 's/^/FAILED group: /' "$REPORTS/failed"
+echo; cat "$REPORTS/times"
+echo "=== setup $SETUP_S s, groups $((SECONDS - TESTS_START)) s, in all $SECONDS s (budget $BUDGET_END s)"
+[[ ! -s $REPORTS/failed ]]

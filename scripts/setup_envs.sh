@@ -48,7 +48,7 @@ fresh_venv() {  # fresh_venv DIR -> 0 when DIR's frameworks are up to date
 # pip's own conflict report after each install is left out: the recipes below cause some
 # conflicts on purpose, and scripts/explain_pip_check.py says why, one line each, after the build.
 pipc() { local dir=$1; shift; "$dir/bin/pip" install -q --no-warn-conflicts -c "$C" "$@"; }
-finish() { echo "$STAMP" > "$1/.rlweave-stamp"; }
+finish() { echo "$STAMP" > "$1/.rlweave-stamp"; echo "[setup] $1 built, $SECONDS s after the setup started"; }
 # The benchmarks are a second distribution (bench/pyproject.toml) that the runtime wheel leaves out.
 install_rlweave() { pipc "$1" -e "$ROOT[test]" -e "$ROOT/bench"; echo "[setup] $1 ready"; }
 
