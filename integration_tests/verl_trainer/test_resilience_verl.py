@@ -2,7 +2,7 @@
 recovered, and the run's samples and metrics those of a run without faults.
 
 Two verl runs (about five minutes of CI). The first trains four steps with two trainer ranks
-(so two rollout replicas) and four faults: the straggler (rank 1 three times slower from step
+(so two rollout replicas) and four faults: the straggler (rank 1 five times slower from step
 1), at step 3 a rollout engine killed mid-generation and then trainer rank 1 SIGKILLed
 mid-update, at step 4 rank 0 SIGSTOPped mid-update (a hang). It persists checkpoints at steps 2
 and 4. The newest is then corrupted, and the second run resumes: it must skip it for step 2's,
@@ -34,7 +34,9 @@ DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
 # A rank is scored once it has three timings of a section: slowed from step 1, rank 1 has them
 # for update_weights (start, steps 1 and 2) at step 2's end, long before step 3 replaces it. From
 # step 2 it had them only when step 3's timings came, racing the kill that ends step 3's evidence.
-FAULTS = ("slow:trainer:1@1x3;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
+# Five times slower, not three: with two ranks rank 1 scores under 0.75 while rank 0's own time
+# stays under 2.5x rank 1's (three: 1.5x, a margin a loaded machine can eat; seen: 1.17x).
+FAULTS = ("slow:trainer:1@1x5;kill:rollout:0.engine@3.generate;kill:trainer:1@3.update_actor;"
           "stop:trainer:0@4.update_actor")
 RESILIENCE = ("+rlweave.resilience.enable=true",)
 # To float noise: two ranks' gradients are reduced in an order the batch's arrival sets (seen:
@@ -85,7 +87,7 @@ def test_every_fault_is_detected_and_recovered_and_the_run_finishes(faulty):
     assert ("trainer:0", "hung", "kill") in seen, seen  # the stopped rank, localised as the culprit
     slow = [i for i in incidents(faulty) if i["kind"] == "straggler"]
     assert slow and {i["worker"] for i in slow} == {"trainer:1"}, slow  # rank 0 is never one
-    # Two ranks: the median rank is their mean, so three times slower scores 2/3 (the threshold is 0.75).
+    # Two ranks: the median rank is their mean, so five times slower scores 3/5 (the threshold is 0.75).
     assert all(i["score"] < 0.75 and i["action"] == "report" for i in slow), slow
 
     recoveries = spans(faulty, "recovery")
