@@ -22,6 +22,9 @@ REGISTRY = ("import verl; from verl.experimental.agent_loop.agent_loop import _a
 def python(*args: str, timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
     base["RAY_AUTH_MODE"] = "disabled"
+    # Ray would start one idle worker per CPU for a script's first driver; verl's worker group
+    # gives each worker its own environment (rank, world size), so none of them would be used.
+    base["RAY_prestart_worker_first_driver"] = "0"
     return subprocess.run([sys.executable, *args], env=base | env, capture_output=True, text=True,
                           timeout=timeout)
 
