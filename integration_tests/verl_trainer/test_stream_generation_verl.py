@@ -56,7 +56,8 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
     step: still on-policy. The next step's prompts go out when the step's last sample is in.
     Heddle and FastServe run in the same job: the plugins compose."""
     run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600, output_lens=SKEWED,
-                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS + (dump_rollouts(tmp_path),), pin_cores=True)
+                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS + (dump_rollouts(tmp_path),), pin_cores=True,
+                   engine_in_core=True)
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2]
     assert_each_sample_trained_once(run, 2)
@@ -100,7 +101,7 @@ def test_disaggregated_async_stays_within_one_version_and_drops_no_tail_group(tm
     Mixtral (otherwise the first push hangs)."""
     run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600,
                    extra=(*STREAMED_UPDATES, dump_rollouts(tmp_path)), output_lens=SIBLINGS, pin_cores=True,
-                   model_name="tiny-mixtral")
+                   model_name="tiny-mixtral", engine_in_core=True)
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2, 3]
     assert_each_sample_trained_once(run, 3)
