@@ -101,6 +101,7 @@ def sync_run(tmp_path_factory: pytest.TempPathFactory, user_venv: UserVenv, crit
     workdir = tmp_path_factory.mktemp("sync")
     tracing = ("+rlweave.tracing.enable=true", f"+rlweave.tracing.dir={workdir / 'trace'}")
     run = run_verl("ppo_critic_ref", workdir, steps=2, save_freq=1, timeout_s=900, trace=False, output_lens=LENGTHS,
-                   extra=ppo_extra(workdir, critic) + ROLLOUT_PLUGINS + tracing, python=user_venv.python)
+                   extra=ppo_extra(workdir, critic) + ROLLOUT_PLUGINS + tracing, python=user_venv.python,
+                   engine_in_core=True)
     run.trace_dir = workdir / "trace"
     return run

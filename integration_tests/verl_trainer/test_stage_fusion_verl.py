@@ -47,7 +47,8 @@ CANCELLING_NOISE = {"actor/pg_loss": 1e-5, "actor/ppo_kl": 1e-5}
 def runs(tmp_path_factory, sync_run, critic) -> tuple[VerlRun, VerlRun]:
     workdir = tmp_path_factory.mktemp("rlweave_fusion")
     fused = run_verl("rlweave_fusion", workdir, steps=2, timeout_s=700, output_lens=LENGTHS, pin_cores=True,
-                     extra=ppo_extra(workdir, critic) + RLWEAVE_AGENT_LOOP + MIGRATE_AT_FIRST_FINISH)
+                     extra=ppo_extra(workdir, critic) + RLWEAVE_AGENT_LOOP + MIGRATE_AT_FIRST_FINISH,
+                     engine_in_core=True)
     return sync_run, fused
 
 

@@ -86,7 +86,8 @@ def test_resumed_with_rlweave_off_reproduces_the_run_with_the_plugins_on(sync_ru
                  "actor_rollout_ref.rollout.agent.default_agent_loop=forced_length_single_turn")
     off = run_verl("ppo_critic_ref", workdir, steps=2, trace=False, timeout_s=900, output_lens=LENGTHS,
                    extra=ppo_extra(workdir, critic) + verl_loop + ("trainer.resume_mode=resume_path",
-                                                                   f"trainer.resume_from_path={resumed_from}"))
+                                                                   f"trainer.resume_from_path={resumed_from}"),
+                   engine_in_core=True)
     assert_trained(off, [2])
     assert not list(workdir.glob("trace/*.jsonl")), "rlweave recorded while disabled"
     assert not any(k.startswith("rlweave/") for k in off.steps[2]), "rlweave reported while off"
