@@ -8,9 +8,11 @@ installed beside it.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from packaging.version import Version
@@ -48,7 +50,55 @@ def run_pretending(name: str, version: str, code: str, **env: str) -> subprocess
                           env=base | env, capture_output=True, text=True, timeout=240)
 
 
+# One interpreter imports the framework (most of a start-up's cost), then runs each job in a fork
+# of itself: rlweave is not imported yet there (checked), so each fork loads it, reads the
+# pretended version and the job's variables afresh, and exits as `python -c JOB` would.
+FORKED = """import json, os, sys
+exec(sys.argv[1])
+assert not [m for m in sys.modules if m.split(".")[0] == "rlweave"], "the shared import loaded rlweave"
+codes = []
+for job in json.loads(sys.argv[2]):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, path in ((1, job["out"]), (2, job["err"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        os.environ.update(job["env"])
+        exec(compile(job["code"], "<string>", "exec"), {"__name__": "__main__"})
+        sys.exit(0)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(codes))
+"""
+
+
+def pretend(name: str | None, version: str | None) -> str:
+    """Code that makes rlweave read ``version`` of framework ``name`` (nothing for None)."""
+    return PRETEND.format(name=name, version=version) if version else ""
+
+
+def run_forked(shared: str, jobs: list[tuple[str, dict[str, str]]], workdir: Path) -> list[subprocess.CompletedProcess]:
+    """Each ``(code, env)`` of ``jobs`` run as a fresh process would run it, after one shared
+    ``shared`` import of the framework (see ``FORKED``); env as :func:`run_pretending`'s, but
+    set after that import, so only for variables the framework does not read on import."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
+    base.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    spec = [dict(code=code, env=env, out=str(workdir / f"job{i}.out"), err=str(workdir / f"job{i}.err"))
+            for i, (code, env) in enumerate(jobs)]
+    proc = subprocess.run([sys.executable, "-c", FORKED, shared, json.dumps(spec)], env=base,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    return [subprocess.CompletedProcess(job["code"], rc, Path(job["out"]).read_text(), Path(job["err"]).read_text())
+            for job, rc in zip(spec, codes)]
+
+
 @pytest.fixture(scope="session")
 def version_gate():
     """``(versions_outside, run_pretending)``: see this module's docstring."""
     return versions_outside, run_pretending
+
+
+@pytest.fixture(scope="session")
+def forked_gate():
+    """``(pretend, run_forked)``: several fresh processes for the price of one framework import."""
+    return pretend, run_forked

@@ -58,17 +58,21 @@ def test_disabled_spec_is_megatrons_own(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_megatron_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate):
+def test_a_megatron_outside_the_supported_range_is_refused_when_a_plugin_is_on(version_gate, forked_gate, tmp_path):
     """Megatron's spec provider (``layer_spec``) with a plugin on and the installed version read
-    as one just outside ``rlweave.frameworks``' range; with rlweave off it is never checked."""
+    as one just outside ``rlweave.frameworks``' range; with rlweave off it is never checked.
+    Each case is a fresh process for rlweave, forked after one shared import of Megatron."""
     from rlweave.frameworks import FRAMEWORKS
 
-    outside, run = version_gate
+    outside, _ = version_gate
+    pretend, run_forked = forked_gate
     build = "from rlweave.adapters.megatron import layer_spec; layer_spec(num_experts=4); print('built')"
-    for version in outside("megatron-core"):
-        proc = run("megatron-core", version, build, RLWEAVE__TRACING__ENABLE="true")
+    versions = outside("megatron-core")
+    jobs = [(pretend("megatron-core", v) + build, {"RLWEAVE__TRACING__ENABLE": "true"}) for v in versions]
+    *refused, off = run_forked("from megatron.core.models.gpt import gpt_layer_specs",
+                               [*jobs, (pretend("megatron-core", versions[0]) + build, {})], tmp_path)
+    for version, proc in zip(versions, refused, strict=True):
         assert proc.returncode != 0, f"megatron-core {version} was accepted"
         assert (f"megatron-core {version} is not supported by rlweave "
                 f"(supported: {FRAMEWORKS['megatron-core'].supported_range})") in proc.stderr
-    off = run("megatron-core", outside("megatron-core")[0], build)
     assert off.returncode == 0 and off.stdout.strip() == "built", off.stderr[-3000:]
