@@ -25,6 +25,7 @@ as pip resolves them; where the verl groups run), and its results are checked he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +84,10 @@ def _in_verl_environment(tmp_path: Path) -> dict[str, Any]:
     with log.open("w") as f:
         # A hang's limit, not a speed check: beside the other CI chain the engines' start and
         # the two runs took 314 s on one CI run and more than 400 s on the next.
+        # On rlweave's CPU platform, as the rig's verl runs are: vLLM's workers then sleep
+        # between engine steps instead of spinning through every tool call (vllm_cpu_idle_spin).
         proc = subprocess.run([str(python), __file__, str(out)], stdout=f, stderr=subprocess.STDOUT,
-                              timeout=900)
+                              env={**os.environ, "VERL_PLATFORM": "cpu"}, timeout=900)
     assert proc.returncode == 0, f"the rollouts failed (exit {proc.returncode}):\n" + log.read_text()[-4000:]
     return json.loads(out.read_text())
 
