@@ -24,11 +24,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${RLWEAVE_PYTHON:-python3.11}
 C=$ROOT/constraints/cpu.txt
-# No bytecode at install: pip compiles every module of every package it installs (two thirds of
-# torch's install time here: 88 s against 32 s), while a test run imports a small part of them
-# and Python writes those modules' bytecode on first import. (PIP_COMPILE=0 is pip's switch for
-# --no-compile; PIP_NO_COMPILE=1 is read as "compile".)
-export PIP_COMPILE=0
+# pip compiles the bytecode of what it installs (two thirds of torch's install time here: 88 s
+# against 32 s). Installing without it (PIP_COMPILE=0) moves that cost into the tests, several
+# times over: a fresh environment's first verl run starts a dozen processes at once, and each
+# compiles the same modules before any has written them (importing verl's trainer and vLLM's
+# engine: 40-45 CPU-s cold, 18-20 s with bytecode). The one CI run without it ran out of time. The unpacked vLLM
+# releases of .venv-vllmsched stay uncompiled (--no-compile): its tests import a small part.
 # An environment's stamp hashes its own build recipe (the build_* function) and the constraints.
 stamp_of() { { declare -f "build_$1"; cat "$C"; } | sha1sum | cut -c1-12; }
 
