@@ -41,13 +41,18 @@ def versions_outside(name: str) -> list[str]:
     return found
 
 
-def run_pretending(name: str, version: str, code: str, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter that reports ``version`` of framework ``name``, with
-    ``env`` on top of this environment's variables (those naming rlweave removed)."""
+def _child_env() -> dict[str, str]:
+    """This environment's variables for a child process, those naming rlweave removed."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
     base.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    return subprocess.run([sys.executable, "-c", PRETEND.format(name=name, version=version) + code],
-                          env=base | env, capture_output=True, text=True, timeout=240)
+    return base
+
+
+def run_pretending(name: str, version: str, code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter that reports ``version`` of framework ``name``, with
+    ``env`` on top of :func:`_child_env`."""
+    return subprocess.run([sys.executable, "-c", pretend(name, version) + code],
+                          env=_child_env() | env, capture_output=True, text=True, timeout=240)
 
 
 # One interpreter imports the framework (most of a start-up's cost), then runs each job in a fork
@@ -71,20 +76,18 @@ print(json.dumps(codes))
 """
 
 
-def pretend(name: str | None, version: str | None) -> str:
-    """Code that makes rlweave read ``version`` of framework ``name`` (nothing for None)."""
-    return PRETEND.format(name=name, version=version) if version else ""
+def pretend(name: str, version: str) -> str:
+    """Code that makes rlweave read ``version`` of framework ``name``."""
+    return PRETEND.format(name=name, version=version)
 
 
 def run_forked(shared: str, jobs: list[tuple[str, dict[str, str]]], workdir: Path) -> list[subprocess.CompletedProcess]:
     """Each ``(code, env)`` of ``jobs`` run as a fresh process would run it, after one shared
     ``shared`` import of the framework (see ``FORKED``); env as :func:`run_pretending`'s, but
     set after that import, so only for variables the framework does not read on import."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RLWEAVE")}
-    base.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     spec = [dict(code=code, env=env, out=str(workdir / f"job{i}.out"), err=str(workdir / f"job{i}.err"))
             for i, (code, env) in enumerate(jobs)]
-    proc = subprocess.run([sys.executable, "-c", FORKED, shared, json.dumps(spec)], env=base,
+    proc = subprocess.run([sys.executable, "-c", FORKED, shared, json.dumps(spec)], env=_child_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     codes = json.loads(proc.stdout.strip().splitlines()[-1])
