@@ -458,6 +458,27 @@ def test_bad_settings_name_the_option(option: str, value: float) -> None:
         build_config([Setting(f"agentic_rollout.{option}", value, "test")])
 
 
+@pytest.mark.parametrize("z,follows", [(None, True), (3.0, False), (0.0, True)])
+def test_skill_z_option_reaches_the_guard(z: float | None, follows: bool) -> None:
+    """Evidence of z = 2.5: the default threshold (2) follows it, 3 does not, 0 does."""
+    import rlweave.plugins.agentic_rollout.plugin as plugin
+
+    settings = [Setting("agentic_rollout.enable", True, "test")]
+    if z is not None:
+        settings.append(Setting("agentic_rollout.skill_z", z, "test"))
+    build_plugin_manager(build_config(settings))
+    o = plugin.orchestrator
+    o.load_state_dict(_no_skill_state(o, s=25.0))
+    assert o.settings.skill_z == (2.0 if z is None else z)
+    assert o.following is follows
+
+
+@pytest.mark.parametrize("value", [-0.5, float("nan"), float("inf")])
+def test_a_bad_skill_z_is_refused_with_what_is_allowed(value: float) -> None:
+    with pytest.raises(ConfigError, match=r"rlweave\.agentic_rollout\.skill_z.*finite number >= 0"):
+        build_config([Setting("agentic_rollout.skill_z", value, "test")])
+
+
 @pytest.mark.parametrize("placement,queue", [("sticky", "fcfs"), ("heddle", "priority"),
                                              ("heddle", "preemptive")])
 def test_simulation_finishes_every_trajectory_within_its_bounds(placement: str, queue: str) -> None:

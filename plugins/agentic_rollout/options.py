@@ -3,6 +3,7 @@ options' type and the module of hooks it registers when the section is enabled."
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,7 +22,9 @@ class AgenticRolloutConfig(PluginSection):
     observations relative to this one's (the predictor keeps ``history`` per task and group).
     ``replan_s``: how often the placement plan is refreshed. ``migrate_fraction``: a trajectory
     moves at a tool call only if re-prefilling its context costs less than this fraction of its
-    predicted remaining time.
+    predicted remaining time. ``skill_z``: the skill guard's threshold: the predictions decide only
+    while their measured skill stands at least this many standard errors above none (one-sided);
+    below it every turn is first come, first served and the framework places it.
     """
 
     available: ClassVar[bool] = True
@@ -35,6 +38,7 @@ class AgenticRolloutConfig(PluginSection):
     history: int = 2048
     replan_s: float = 0.25
     migrate_fraction: float = 0.1
+    skill_z: float = 2.0
 
     def finalize(self) -> None:
         for option, ok, allowed in (
@@ -47,6 +51,8 @@ class AgenticRolloutConfig(PluginSection):
             ("history", self.history >= 1, ">= 1"),
             ("replan_s", self.replan_s >= 0, ">= 0"),
             ("migrate_fraction", 0 <= self.migrate_fraction <= 1, "between 0 and 1 (0 = never migrate)"),
+            ("skill_z", math.isfinite(self.skill_z) and self.skill_z >= 0,
+             "a finite number >= 0 (standard errors of skill above none; 0 = follow unless worse than chance)"),
         ):
             if not ok:
                 raise ConfigError(f"bad value {getattr(self, option)!r} for "

@@ -43,7 +43,7 @@ def build_orchestrator(config: RlweaveConfig) -> TrajectoryOrchestrator:
                            c.prefill_us_per_token / 1e6)
     predictor = SerialTimePredictor(prior_tool_s=c.prior_tool_ms / 1e3, decay=c.history_decay,
                                     history=c.history)
-    return TrajectoryOrchestrator(cost, OrchestratorSettings(c.replan_s, c.migrate_fraction),
+    return TrajectoryOrchestrator(cost, OrchestratorSettings(c.replan_s, c.migrate_fraction, c.skill_z),
                                   predictor)
 
 
