@@ -14,10 +14,12 @@ DDP and the optimizer then see only the owners (DDP and Megatron's optimizer tak
 ``requires_grad`` parameters only, when built); a spare's gradient accumulates in ``.grad`` and
 the layer adds it into the owner's ``main_grad`` in its backward, before
 ``finalize_model_grads`` reduces the buffers. The layer refuses to run under DDP otherwise.
+Under the distributed optimizer (``use_distributed_optimizer=True``) a move carries the expert's
+fp32 main-parameter and Adam shards; ``rebalance_step`` must be given the optimizer.
 
 Refused settings: ``overlap_grad_reduce`` (DDP would start reducing an owner's bucket while its
-replicas' gradients are still to be added), ``use_distributed_optimizer`` (an expert's move would
-have to carry its optimizer shards; not done yet).
+replicas' gradients are still to be added), ``overlap_param_gather`` (a move would copy weights
+the distributed optimizer has not gathered yet).
 """
 
 from __future__ import annotations
@@ -27,12 +29,19 @@ from typing import Any
 
 import torch
 
-from rlweave.adapters.megatron.balanced_moe import DISTRIBUTED_OPTIMIZER_REFUSAL, balanced_layers
+from rlweave.adapters.megatron.balanced_moe import balanced_layers
 
-OVERLAP_GRAD_REDUCE_REFUSAL = (
-    "rlweave.replay_balance does not support Megatron DDP's overlap_grad_reduce=True (a bucket's reduction could "
-    "start before replica gradients are added into their owners' main_grad): set overlap_grad_reduce=False in "
-    "DistributedDataParallelConfig")
+REFUSED_DDP_SETTINGS = {
+    "overlap_grad_reduce": "a bucket's reduction could start before replica gradients are added into their owners' "
+                           "main_grad",
+    "overlap_param_gather": "an expert's move would copy weights the distributed optimizer has not gathered yet",
+}
+
+
+def refusal(setting: str) -> str:
+    """The one message for a DDP setting the layer cannot run under."""
+    return (f"rlweave.replay_balance does not support Megatron DDP's {setting}=True ({REFUSED_DDP_SETTINGS[setting]}): "
+            f"set {setting}=False in DistributedDataParallelConfig")
 
 
 def hold_out_spare_slots(model: torch.nn.Module) -> None:
@@ -52,13 +61,13 @@ def release_spare_slots(ddp_chunks: Iterable[Any]) -> None:
         if ddp_config is None:
             raise TypeError(f"release_spare_slots takes Megatron DistributedDataParallel modules, got "
                             f"{type(chunk).__name__}")
-        if ddp_config.overlap_grad_reduce:
-            raise NotImplementedError(OVERLAP_GRAD_REDUCE_REFUSAL)
-        if ddp_config.use_distributed_optimizer:
-            raise NotImplementedError(DISTRIBUTED_OPTIMIZER_REFUSAL)
+        for setting in REFUSED_DDP_SETTINGS:
+            if getattr(ddp_config, setting):
+                raise NotImplementedError(refusal(setting))
         for layer in balanced_layers(chunk):
             if layer.ddp_state != "held out":
                 raise RuntimeError("release_spare_slots: call hold_out_spare_slots(model) before DDP wraps it")
             for p in layer.spare_params():
                 p.requires_grad_(True)
             layer.ddp_state = "released"
+            layer.distributed_optimizer = ddp_config.use_distributed_optimizer

@@ -48,14 +48,16 @@ Under Megatron's ``DistributedDataParallel`` (:mod:`rlweave.adapters.megatron.ba
 spare slots stay out of DDP's buffers and the optimizer (their gradients live in ``.grad``), an
 owner's gradient lives in DDP's ``main_grad`` buffer, and replica gradients are added there in
 the layer's backward, so before ``finalize_model_grads`` reduces the buffers over the
-expert-data-parallel group. An owner's move carries ``main_grad`` and the optimizer's state.
+expert-data-parallel group. An owner's move carries ``main_grad`` and the optimizer's state
+(under the distributed optimizer: its fp32 main-parameter and Adam shards,
+:mod:`rlweave.adapters.megatron.sharded_expert_state`).
 
 Limits (each fails loudly, none silently): ``SequentialMLP`` experts (``moe_grouped_gemm=False``),
 expert tensor parallelism 1, every token routed to exactly ``top_k`` experts (no capacity
 dropping), one micro-batch's forward and backward before the next forward of the layer
 (Megatron's no-pipelining schedule), a ``torch.optim`` optimizer over the layer's parameters or
-Megatron's non-distributed one (its distributed optimizer is refused: its shards are not moved
-yet), DDP without ``overlap_grad_reduce``. Checkpoints are logical: Megatron's distributed checkpoint
+Megatron's, non-distributed or distributed with Adam, DDP without ``overlap_grad_reduce`` or
+``overlap_param_gather``. Checkpoints are logical: Megatron's distributed checkpoint
 (``sharded_state_dict``) holds each expert under its logical id, as Megatron's own layer saves it,
 and mbridge's weight export names them by logical id (``rlweave.patches.verl_megatron_layer_spec``);
 a plain ``state_dict`` holds physical slots (:meth:`ReplayBalancedMoELayer.logical_expert_state`
@@ -77,6 +79,7 @@ from megatron.core.transformer.moe.experts import SequentialMLP
 from megatron.core.transformer.moe.moe_utils import get_default_pg_collection
 
 from rlweave.adapters.megatron.moe_layer import RlweaveMoELayer
+from rlweave.adapters.megatron.sharded_expert_state import ShardedExpertState, distributed_optimizers
 from rlweave.adapters.megatron.slot_transfer import flatten, transfer, unflatten_into
 from rlweave.host import get_host
 from rlweave.types import ExpertPlacement, ExpertTopology, RoutingTrace
@@ -177,6 +180,7 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         self.last_physical_to_logical = self.physical_to_logical.copy()  # of the last micro-batch
         self.last_token_share = self.token_share.copy()
         self.ddp_state = "none"  # "held out" / "released": rlweave.adapters.megatron.balanced_ddp
+        self.distributed_optimizer = False  # DDP's use_distributed_optimizer, set by release_spare_slots
         self._load_prefix = ""
         self.register_load_state_dict_pre_hook(self._remember_load_prefix)
         self.register_load_state_dict_post_hook(self._spares_need_no_state)
@@ -417,9 +421,11 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
     @torch.no_grad()
     def move_homes(self, new_p2l: np.ndarray, optimizer: Any = None) -> int:
         """Move experts to the home slots of ``new_p2l`` [R*S] with their weights, gradient
-        (``main_grad`` under DDP, else ``.grad``) and, given ``optimizer`` (``torch.optim`` or
-        Megatron's non-distributed), its per-parameter state (of the fp32 ``main_param`` where
-        Megatron keeps one). Returns the number of experts moved."""
+        (``main_grad`` under DDP, else ``.grad``) and, given ``optimizer``, its state: per
+        parameter for ``torch.optim`` or Megatron's non-distributed one (of the fp32
+        ``main_param`` where Megatron keeps one), the fp32 main-parameter and Adam shards for
+        Megatron's distributed one (:mod:`rlweave.adapters.megatron.sharded_expert_state`).
+        Returns the number of experts moved."""
         old_owner = self.owner_slot()
         homes = self._home_slot_ids()
         new_owner = np.empty_like(old_owner)
@@ -428,7 +434,9 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         if not moves:
             return 0
         local = [p for s in homes if s // self.slots_per_rank == self.ep_rank for p in self._slot_params(s)]
-        state = _optimizer_state(optimizer, [_master(p) for p in local]) if optimizer is not None else {}
+        sharded = self._sharded_state(moves, optimizer)
+        plain = optimizer is not None and sharded is None
+        state = _optimizer_state(optimizer, [_master(p) for p in local]) if plain else {}
         keys = {tuple(sorted(k for k, v in state.get(_master(p), {}).items() if torch.is_tensor(v))) for p in local}
         if len(keys) > 1:
             raise RuntimeError("rlweave.replay_balance: the optimizer holds state for some experts of this layer "
@@ -442,16 +450,35 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
             for p in self._slot_params(slot):
                 if with_grad and _grad_of(p) is None:
                     p.grad = torch.zeros_like(p)
+                out += [p.data] + ([_grad_of(p)] if with_grad else [])
+                if sharded is not None:
+                    out += sharded.tensors(p)
+                    continue
                 master = _master(p)
-                out += [p.data] + ([_grad_of(p)] if with_grad else []) + ([master.data] if master is not p else [])
+                out += [master.data] if master is not p else []
                 out += [state[master][k] for k in names]
             return out
 
         transfer(moves, self.slots_per_rank, self.ep_group, lambda s: flatten(pieces(s)),
                  lambda s, flat: unflatten_into(flat, pieces(s)))
+        if sharded is not None:
+            sharded.keep_owned([p for _, target in moves if self._local(target) for p in self._slot_params(target)])
         self._prepared = None  # planned against the old homes
         self.physical_to_logical = np.where(np.isin(np.arange(new_p2l.size), homes), new_p2l, -1)
         return len(moves)
+
+    def _sharded_state(self, moves: list[tuple[int, int]], optimizer: Any) -> ShardedExpertState | None:
+        """Under Megatron's distributed optimizer: the moved slots' whole main-parameter and Adam
+        state on this rank (every rank of the expert-data-parallel group makes the same moves)."""
+        optimizers = distributed_optimizers(optimizer) if optimizer is not None else []
+        if not optimizers:
+            if self.ddp_state == "released" and self.distributed_optimizer:
+                raise NotImplementedError("rlweave.replay_balance under Megatron's distributed optimizer moves an "
+                                          "expert's main-parameter and Adam shards with it: give rebalance_step "
+                                          "the optimizer")
+            return None
+        slots = {s for move in moves for s in move if self._local(s)}
+        return ShardedExpertState(optimizers, [p for s in sorted(slots) for p in self._slot_params(s)])
 
     def end_unfinished_step(self) -> None:
         """Before a new step: drop the last step's replicas if none of its micro-batches ran a
@@ -491,12 +518,6 @@ class ReplayBalancedMoELayer(RlweaveMoELayer):
         return moved
 
 
-DISTRIBUTED_OPTIMIZER_REFUSAL = (
-    "rlweave.replay_balance does not support Megatron's distributed optimizer yet (an expert's move would have to "
-    "carry its fp32 main-parameter and Adam shards): set use_distributed_optimizer=False in "
-    "DistributedDataParallelConfig and OptimizerConfig")
-
-
 def _grad_of(p: torch.Tensor) -> torch.Tensor | None:
     """Where ``p``'s gradient accumulates: DDP's ``main_grad`` buffer view, else ``.grad``."""
     return p.main_grad if hasattr(p, "main_grad") else p.grad
@@ -521,12 +542,8 @@ def _optimizer_state(optimizer: Any, params: list[torch.Tensor]) -> dict:
 def _torch_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
     """The ``torch.optim`` optimizers holding the state: ``optimizer`` itself, or those inside
     Megatron's (``ChainedOptimizer`` of ``FP32Optimizer``/``Float16OptimizerWithFloat16Params``)."""
-    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-
     if isinstance(optimizer, torch.optim.Optimizer):
         return [optimizer]
-    if isinstance(optimizer, DistributedOptimizer):
-        raise NotImplementedError(DISTRIBUTED_OPTIMIZER_REFUSAL)
     chained = getattr(optimizer, "chained_optimizers", None)
     if chained is not None:
         return [inner for o in chained for inner in _torch_optimizers(o)]
