@@ -89,6 +89,48 @@ def test_the_monitors_incident_and_a_trainer_errors_go_through_one_desk_each_ask
     assert monitor.logged() == 1  # the monitor found one; the desk decided two
 
 
+def test_one_trainer_death_met_by_the_monitor_and_the_trainer_is_asked_once(job):
+    """The monitor sees the process end, then the trainer meets the same death as a failed call:
+    one question, one recovery counted; the trainer's report is logged as part of the rebuild.
+    Once the group is rebuilt, a death is a new failure again."""
+    from rlweave.plugins.resilience import plugin
+
+    monitor, desk, asked, sender = job
+    sender.report("trainer:1", alive=False, detail="SIGKILL", pid=999_997)
+    wait_for(lambda: len(desk.log) == 1)
+    [(found, action)] = desk.take()
+    assert (found.worker, action.kind) == ("trainer:1", RecoveryKind.REBUILD)
+    error = RuntimeError("ray.exceptions.ActorDiedError: The actor died unexpectedly")
+    again = desk.handle(trainer_incident(error, "1", step=3, now_s=time.time()))
+    assert again.kind is RecoveryKind.REBUILD and "part of the rebuild decided for trainer:1" in again.reason
+    assert asked.asked == ["trainer:1"] and plugin.policy.recoveries == 1
+    assert [e["done"] for e in desk.log][1] == "not asked again"
+
+    desk.rebuilt(time.time())
+    assert desk.handle(trainer_incident(error, "0", step=4, now_s=time.time())).kind is RecoveryKind.REBUILD
+    assert asked.asked == ["trainer:1", "trainer:0"] and plugin.policy.recoveries == 2
+
+
+def test_the_monitors_late_report_of_a_death_the_trainer_decided_is_not_asked_again(job):
+    """The trainer met the death first: the monitor's report of it is folded into that rebuild
+    and not handed to the trainer (which would rebuild twice); nor is a report, arriving after
+    the rebuild, of a death that began before it."""
+    from rlweave.plugins.resilience import plugin
+
+    monitor, desk, asked, sender = job
+    error = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    assert desk.handle(trainer_incident(error, "0", step=3, now_s=time.time())).kind is RecoveryKind.REBUILD
+    sender.report("trainer:1", alive=False, detail="SIGKILL", pid=999_996)
+    wait_for(lambda: len(desk.log) == 2)
+    assert desk.take() == [] and asked.asked == ["trainer:0"] and plugin.policy.recoveries == 1
+
+    died_s = time.time()
+    desk.rebuilt(died_s + 1.0)
+    late = trainer_incident(error, "1", step=3, now_s=died_s)
+    assert "began before the trainer group was rebuilt" in desk.handle(late).reason
+    assert asked.asked == ["trainer:0"] and plugin.policy.recoveries == 1
+
+
 def test_an_error_of_the_jobs_own_is_no_incident():
     assert trainer_incident(ValueError("batch size 7 is not divisible by 2"), "0", step=1, now_s=0.0) is None
 

@@ -354,8 +354,13 @@ class ResilienceMonitor:
         return w is not None and self._signal(w, sig)
 
     def stop(self) -> None:
+        """End both threads and wait for them: a check still running after this returns would
+        ask the hooks of whoever activated rlweave next (the plugins' state is per process)."""
         self.running = False
         self.receiver.close()  # wakes the receiving thread, which then ends
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(5.0, 4 * self.check_s))
         if ray.is_initialized():
             from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_initialized
 
@@ -444,6 +449,8 @@ class ResilienceMonitor:
             try:
                 for (name, pid), why in watch.wait(self.check_s):
                     self._exit(name, pid, why)
+                if not self.running:  # stopped while waiting
+                    break
                 self._check(watch)
             except Exception as error:
                 print(f"rlweave resilience monitor: check failed ({type(error).__name__}: {error})")

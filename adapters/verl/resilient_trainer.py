@@ -55,6 +55,7 @@ from rlweave.adapters import heartbeat
 from rlweave.adapters.verl.checkpoint_store import CheckpointStore
 from rlweave.adapters.verl.resilience_monitor import CONTROLLER, ResilienceMonitor, start_monitor
 from rlweave.adapters.verl.resilience_recovery import (
+    MONITOR_GRACE_S,
     IncidentDesk,
     RecoveryExecutor,
     TrainerGroupLost,
@@ -209,9 +210,21 @@ class Resilience:
         incident = trainer_incident(error, self._rank_of(error), self.trainer.global_steps, time.time())
         if incident is None:
             return None
+        monitors = self._monitors_rebuild(MONITOR_GRACE_S)
+        if monitors is not None:  # the monitor saw the death itself: its incident, asked once
+            return monitors
         action = self.desk.handle(incident)  # the same question, asked once, as the monitor's incidents
         if action is None or action.kind is not RecoveryKind.REBUILD:
             return None
+        return incident
+
+    def _monitors_rebuild(self, grace_s: float) -> WorkerIncident | None:
+        """The rebuild the monitor's own incident decided, if one comes within ``grace_s``."""
+        deadline = time.monotonic() + grace_s
+        while self.pending_rebuild is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.poll()
+        incident, self.pending_rebuild = self.pending_rebuild, None
         return incident
 
     def _rank_of(self, error: BaseException) -> str:
@@ -240,6 +253,7 @@ class Resilience:
                 ray.kill(worker, no_restart=True)
             _wait_dead(list(old.values()))
         build_worker_groups(t, phases)
+        self.desk.rebuilt(time.time())
         t.llm_server_manager.worker_group = t.actor_rollout_wg
         for replica in t.llm_server_manager.get_replicas():
             size = replica.world_size
