@@ -179,7 +179,7 @@ def demo_verl(console: Console, out: Path) -> bool:
     import shutil
 
     from rlweave.benchmarks.stream import Setup, lognormal_lengths
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
 
     lengths = lognormal_lengths(0, 8)
     setup = Setup(prompts=4, group=4, minibatch=1, slots=8, max_len=max(lengths))
@@ -188,8 +188,8 @@ def demo_verl(console: Console, out: Path) -> bool:
     for label, mode in VERL_RUNS.items():
         with console.status(f"{label}: python -m verl.trainer.main_ppo ... (Ray, FSDP2 on gloo, vLLM "
                             "server; about 2 minutes)"):
-            runs[label] = run = run_verl(mode, out / mode, steps=VERL_STEPS, timeout_s=900,
-                                         output_lens=lengths, extra=setup.overrides(setup.slots))
+            job = VerlJob(mode, steps=VERL_STEPS, output_lens=lengths, extra=setup.overrides(setup.slots))
+            runs[label] = run = run_verl(job, out / mode, RunSetup(timeout_s=900))
         if run.returncode != 0 or not run.steps:
             console.print(f"[red]{label} exited with {run.returncode}; log: {out / mode / (mode + '.log')}")
             return False

@@ -154,14 +154,15 @@ def run(args: argparse.Namespace) -> BenchResult:
 def measure(label: str, workdir: Path, setup: Setup, args: argparse.Namespace, forced: list,
             prompts: list[str] | None, cost: tuple[str, ...]) -> tuple[dict[str, Any], list[dict]]:
     from rlweave.benchmarks.stream import machine_calibration_ms, steady_spans
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
     from rlweave.tracing import load_events
 
     mode, ranks, extra, contended = RUNS[label]
     slots = setup.slots if contended else setup.prompts
     calibration_ms = machine_calibration_ms()
-    result = run_verl(mode, workdir, steps=args.steps, seed=args.seed, timeout_s=args.timeout, output_lens=forced,
-                      prompts=prompts, extra=setup.overrides(slots) + extra + cost, ranks=ranks, pin_cores=True)
+    job = VerlJob(mode, steps=args.steps, seed=args.seed, output_lens=forced, prompts=prompts,
+                  extra=setup.overrides(slots) + extra + cost, ranks=ranks)
+    result = run_verl(job, workdir, RunSetup(timeout_s=args.timeout, pin_cores=True))
     if result.returncode != 0 or len(result.steps) < 2:
         raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
     spans = steady_spans(load_events(result.trace_dir))

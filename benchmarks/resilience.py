@@ -159,11 +159,11 @@ def campaign(label: str, work: Path, *, steps: int, save_freq: int, extra: tuple
     ``hang_wait_s`` after a fault. Stops after ``steps`` steps or ``window_s`` seconds of training."""
     from rlweave.adapters.verl.chaos import signal_now
     from rlweave.benchmarks.resilience_chaos import chaos_env
-    from rlweave.benchmarks.verl_runs import parse_steps, verl_command, verl_env
+    from rlweave.benchmarks.verl_runs import VerlJob, parse_steps, verl_command, verl_env
 
     work.mkdir(parents=True, exist_ok=True)
     trace = work / "trace"
-    cmd = verl_command("grpo", work, steps=steps, save_freq=save_freq, ranks=ranks, extra=KEEP + extra)
+    cmd = verl_command(VerlJob("grpo", steps=steps, save_freq=save_freq, ranks=ranks, extra=KEEP + extra), work)
     c = Campaign(label)
     watch = StepWatch(trace)
     pending = list(external)
@@ -313,7 +313,7 @@ def part_verl(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
 
     steps, pairs = (6, 1) if args.quick else (args.overhead_steps, args.overhead_pairs)
     sides = {"off": ((), -1), "on": (RESILIENCE, -1), "off_ckpt": ((), args.save_freq),
@@ -325,8 +325,8 @@ def part_overhead(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     for i in range(pairs):
         for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
             extra, save_freq = sides[side]
-            run = run_verl("grpo", work / f"{side}-{i}", steps=steps, save_freq=save_freq, timeout_s=args.timeout,
-                           extra=extra)
+            run = run_verl(VerlJob("grpo", steps=steps, save_freq=save_freq, extra=extra), work / f"{side}-{i}",
+                           RunSetup(timeout_s=args.timeout))
             if run.returncode != 0:
                 raise RuntimeError(f"overhead run {side} {i} failed:\n{run.log[-3000:]}")
             per[side].append(steady_step_s(run.steps))
@@ -368,7 +368,7 @@ def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     each side's yardstick is the clean step time of the runs on either side of it, so that the
     machine's drift (about 15% in minutes) moves the yardstick with the run it measures. The
     ETTR is given with the mean of the two and with each (the spread)."""
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
 
     every, window = (120.0, 360.0) if args.quick else (args.fault_every_s, args.ettr_window_s)
     # one fault in the middle of every ``every`` seconds of the window
@@ -377,7 +377,7 @@ def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     clean_steps = 6 if args.quick else args.overhead_steps
 
     def clean_step_s(i: int) -> float:
-        run = run_verl("grpo", work / f"clean-{i}", steps=clean_steps, timeout_s=args.timeout)
+        run = run_verl(VerlJob("grpo", steps=clean_steps), work / f"clean-{i}", RunSetup(timeout_s=args.timeout))
         if run.returncode != 0:
             raise RuntimeError(f"ETTR's clean run {i} failed:\n{run.log[-3000:]}")
         return steady_step_s(run.steps)
@@ -592,14 +592,14 @@ def demo_resilience(console: Any, out: Path) -> bool:
     from unittest import mock
 
     from rlweave.benchmarks.resilience_chaos import chaos_env
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
     from rlweave.tracing import load_events, write_chrome_trace, write_timeline_png
 
     console.rule(f"resilience: verl GRPO with a trainer rank killed mid-update ({DEMO_FAULT})")
     shutil.rmtree(out, ignore_errors=True)
     with console.status("python -m verl.trainer.main_ppo ... +rlweave.resilience.enable=true (about 3 minutes)"):
         with mock.patch.dict(os.environ, chaos_env(DEMO_FAULT)):  # the chaos tool, in this job alone
-            run = run_verl("grpo", out, steps=3, timeout_s=900, extra=RESILIENCE)
+            run = run_verl(VerlJob("grpo", steps=3, extra=RESILIENCE), out, RunSetup(timeout_s=900))
     if run.returncode != 0 or sorted(run.steps) != [1, 2, 3]:
         console.print(f"[red]the run exited with {run.returncode}, steps {sorted(run.steps)}; log: {out / 'grpo.log'}")
         return False

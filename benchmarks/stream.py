@@ -230,15 +230,16 @@ def measure(label: str, workdir: Path, setup: Setup, args: argparse.Namespace, f
             prompts: list[str] | None) -> tuple[dict[str, Any], list[dict]]:
     """One verl run of ``label``: its summary and its steady spans."""
     from rlweave.benchmarks.cpu_usage import CpuSampler
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
     from rlweave.tracing import load_events
 
     mode, extra, contended, pinned = RUNS[label]
     slots = setup.slots if contended else setup.samples
     calibration_ms = machine_calibration_ms()
     sampler = CpuSampler()
-    result = run_verl(mode, workdir, steps=args.steps, seed=args.seed, timeout_s=args.timeout, output_lens=forced,
-                      prompts=prompts, extra=setup.overrides(slots) + extra, pin_cores=pinned, cpu_sampler=sampler)
+    job = VerlJob(mode, steps=args.steps, seed=args.seed, output_lens=forced, prompts=prompts,
+                  extra=setup.overrides(slots) + extra)
+    result = run_verl(job, workdir, RunSetup(timeout_s=args.timeout, pin_cores=pinned, cpu_sampler=sampler))
     if result.returncode != 0 or len(result.steps) < 2:
         raise RuntimeError(f"verl run '{label}' failed (exit {result.returncode}):\n{result.log[-3000:]}")
     events = load_events(result.trace_dir)

@@ -39,7 +39,7 @@ def steady_summary(steps: dict[int, dict[str, float]]) -> dict:
 def run(args: argparse.Namespace) -> BenchResult:
     from tqdm import tqdm
 
-    from rlweave.benchmarks.verl_runs import run_verl
+    from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
     from rlweave.tracing import lane_summaries, load_events
 
     runs = {}
@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> BenchResult:
         plan = [("sync", "grpo", work / "sync", args.steps), ("resume", "grpo", work / "sync", args.steps + 1),
                 ("colocate_async", "colocate_async", work / "async", args.steps)]
         for label, mode, workdir, steps in tqdm(plan, desc="verl runs", file=sys.stderr):
-            run = run_verl(mode, workdir, steps=steps, save_freq=1 if label != "colocate_async" else -1,
-                           seed=args.seed, timeout_s=args.timeout)
+            job = VerlJob(mode, steps=steps, save_freq=1 if label != "colocate_async" else -1, seed=args.seed)
+            run = run_verl(job, workdir, RunSetup(timeout_s=args.timeout))
             if run.returncode != 0 or not run.steps:
                 raise RuntimeError(f"verl {label} failed (exit {run.returncode}):\n{run.log[-3000:]}")
             runs[label] = run

@@ -1,8 +1,9 @@
 """verl's own trainer (``python -m verl.trainer.main_ppo``) on CPU, as a subprocess.
 
-:func:`verl_command` builds the command line for one of :data:`MODES` on the tiny model and the
-arithmetic task; :func:`run_verl` runs it with a timeout and returns verl's per-step metrics
-(parsed from verl's console logger) and, when tracing is on, rlweave's stage trace.
+:func:`verl_command` builds the command line of a :class:`VerlJob` (one of :data:`MODES` on the
+tiny model and the arithmetic task); :func:`run_verl` runs it as a :class:`RunSetup` says (with
+a timeout) and returns verl's per-step metrics (parsed from verl's console logger) and, when
+tracing is on, rlweave's stage trace.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlweave.benchmarks.cpu_usage import CpuSampler
@@ -88,21 +89,52 @@ class VerlRun:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
-                 model_name: str = "tiny-llama", extra: tuple[str, ...] = (),
-                 output_lens: list[int] | list[list[int]] | None = None, prompts: list[str] | None = None,
-                 ranks: int = 1) -> list[str]:
-    """``ranks``: trainer ranks (FSDP2 over gloo); each micro-batch then holds a rank's share of
-    the step's samples, for the actor, the reference and the critic alike."""
+@dataclass(frozen=True)
+class VerlJob:
+    """One run of verl's trainer on the tiny model and the arithmetic task: the mode
+    (:data:`MODES`), its length, its workload and overrides. ``ranks``: trainer ranks (FSDP2
+    over gloo); each micro-batch then holds a rank's share of the step's samples, for the
+    actor, the reference and the critic alike."""
+
+    mode: str
+    steps: int = 2
+    save_freq: int = -1
+    seed: int = 0
+    model_name: str = "tiny-llama"
+    extra: tuple[str, ...] = ()
+    output_lens: list[int] | list[list[int]] | None = None
+    prompts: list[str] | None = None
+    ranks: int = 1
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """How this machine runs a job, apart from what verl trains: ``trace`` (rlweave's stage
+    trace), ``timeout_s`` (Ray hangs are silent), ``pin_cores`` (each logical GPU one core),
+    ``engine_in_core`` (each vLLM replica one process fewer, :data:`ENGINE_IN_CORE`),
+    ``python`` (the interpreter of the environment verl runs in; default: this one) and
+    ``cpu_sampler`` (samples the run's process tree while it runs)."""
+
+    trace: bool = True
+    timeout_s: int = 900
+    pin_cores: bool = False
+    engine_in_core: bool = False
+    python: Path | None = None
+    cpu_sampler: CpuSampler | None = None
+
+
+def verl_command(job: VerlJob, workdir: Path) -> list[str]:
+    """verl's ``main_ppo`` command line for ``job``, with its dataset written under ``workdir``."""
     from rlweave.adapters.verl.cpu import CPU_OVERRIDES
     from rlweave.benchmarks.arithmetic_task import write_dataset
 
-    train, val = write_dataset(workdir / "data", seed=seed, output_lens=output_lens, prompts=prompts)
-    model = ensure_tiny_model(model_name)
-    micro = SAMPLES_PER_STEP // ranks
+    train, val = write_dataset(workdir / "data", seed=job.seed, output_lens=job.output_lens,
+                               prompts=job.prompts)
+    model = ensure_tiny_model(job.model_name)
+    micro = SAMPLES_PER_STEP // job.ranks
     base = (
         "algorithm.adv_estimator=grpo",
-        f"data.train_files={train}", f"data.val_files={val}", f"data.seed={seed}",
+        f"data.train_files={train}", f"data.val_files={val}", f"data.seed={job.seed}",
         "data.train_batch_size=4", "data.max_prompt_length=64", "data.max_response_length=32",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}",
@@ -122,16 +154,17 @@ def verl_command(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -
         "reward.custom_reward_function.path=pkg://rlweave.benchmarks.arithmetic_task",
         "reward.custom_reward_function.name=compute_score",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"trainer.n_gpus_per_node={ranks}", "trainer.nnodes=1", "trainer.logger=[console]",
-        "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={steps}",
-        f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
-        "trainer.project_name=rlweave", f"trainer.experiment_name={mode}",
+        f"trainer.n_gpus_per_node={job.ranks}", "trainer.nnodes=1", "trainer.logger=[console]",
+        "trainer.val_before_train=False", "trainer.test_freq=-1", f"trainer.total_training_steps={job.steps}",
+        f"trainer.save_freq={job.save_freq}", f"trainer.default_local_dir={workdir / 'ckpt'}",
+        "trainer.project_name=rlweave", f"trainer.experiment_name={job.mode}",
         # verl asks 3 logical CPUs per device bundle: room for every pool (oversubscribed on purpose).
-        f"ray_kwargs.ray_init.num_cpus={8 + 4 * max(ROLLOUT_GPUS.get(mode, 0) - 1, 0)}",
-        f"+ray_kwargs.ray_init.num_gpus={ranks + ROLLOUT_GPUS.get(mode, 0)}",
+        f"ray_kwargs.ray_init.num_cpus={8 + 4 * max(ROLLOUT_GPUS.get(job.mode, 0) - 1, 0)}",
+        f"+ray_kwargs.ray_init.num_gpus={job.ranks + ROLLOUT_GPUS.get(job.mode, 0)}",
     )
-    per_rank = () if ranks == 1 else tuple(f"{key}={micro}" for key in MICRO_BATCH_KEYS)
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[mode], *extra, *per_rank]
+    per_rank = () if job.ranks == 1 else tuple(f"{key}={micro}" for key in MICRO_BATCH_KEYS)
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *base, *CPU_OVERRIDES, *MODES[job.mode], *job.extra,
+            *per_rank]
 
 
 def verl_env(trace_dir: Path | None, pin_cores: bool = False) -> dict[str, str]:
@@ -197,40 +230,32 @@ def _metrics(items: str) -> dict[str, float]:
     return values
 
 
-def run_verl(mode: str, workdir: Path, *, steps: int = 2, save_freq: int = -1, seed: int = 0,
-             model_name: str = "tiny-llama", trace: bool = True, timeout_s: int = 900,
-             extra: tuple[str, ...] = (), output_lens: list[int] | list[list[int]] | None = None,
-             prompts: list[str] | None = None, ranks: int = 1, pin_cores: bool = False,
-             cpu_sampler: CpuSampler | None = None, python: Path | None = None,
-             engine_in_core: bool = False) -> VerlRun:
-    """Run verl's trainer once; raises ``TimeoutError`` past ``timeout_s`` (Ray hangs are silent).
-    ``cpu_sampler`` samples the run's process tree while it runs. ``python``: the interpreter of
-    the environment verl runs in (default: this one). ``engine_in_core``: each vLLM replica one
-    process fewer (:data:`ENGINE_IN_CORE`)."""
+def run_verl(job: VerlJob, workdir: Path, setup: RunSetup = RunSetup()) -> VerlRun:
+    """Run verl's trainer once; raises ``TimeoutError`` past ``setup.timeout_s``."""
     workdir = workdir.resolve()  # verl runs in it, so every path handed over must be absolute
     workdir.mkdir(parents=True, exist_ok=True)
-    trace_dir = workdir / "trace" if trace else None
-    cmd = verl_command(mode, workdir, steps=steps, save_freq=save_freq, seed=seed, model_name=model_name,
-                       extra=extra + (ENGINE_IN_CORE if engine_in_core else ()), output_lens=output_lens,
-                       prompts=prompts, ranks=ranks)
-    env = verl_env(trace_dir, pin_cores) | (ENGINE_IN_CORE_ENV if engine_in_core else {})
-    if python is not None:
-        cmd[0] = str(python)
+    trace_dir = workdir / "trace" if setup.trace else None
+    if setup.engine_in_core:
+        job = replace(job, extra=job.extra + ENGINE_IN_CORE)
+    cmd = verl_command(job, workdir)
+    env = verl_env(trace_dir, setup.pin_cores) | (ENGINE_IN_CORE_ENV if setup.engine_in_core else {})
+    if setup.python is not None:
+        cmd[0] = str(setup.python)
     start = time.perf_counter()
-    log_path = workdir / f"{mode}.log"
+    log_path = workdir / f"{job.mode}.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=workdir)
-        if cpu_sampler is not None:
-            cpu_sampler.start(proc.pid)
+        if setup.cpu_sampler is not None:
+            setup.cpu_sampler.start(proc.pid)
         try:
-            returncode = proc.wait(timeout=timeout_s)
+            returncode = proc.wait(timeout=setup.timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
-            raise TimeoutError(f"verl {mode} ran past {timeout_s}s; log: {log_path}") from None
+            raise TimeoutError(f"verl {job.mode} ran past {setup.timeout_s}s; log: {log_path}") from None
         finally:
-            if cpu_sampler is not None:
-                cpu_sampler.stop()
+            if setup.cpu_sampler is not None:
+                setup.cpu_sampler.stop()
     log = log_path.read_text()
     return VerlRun(returncode, time.perf_counter() - start, parse_steps(log), log, trace_dir,
                    workdir / "ckpt")

@@ -4,7 +4,7 @@ import pytest
 
 from rlweave.benchmarks.arithmetic_task import compute_score, rows
 from rlweave.benchmarks.verl_baseline import steady_summary
-from rlweave.benchmarks.verl_runs import parse_steps
+from rlweave.benchmarks.verl_runs import VerlJob, parse_steps, verl_command
 
 
 def test_parse_steps_reads_verls_console_logger_lines():
@@ -12,6 +12,21 @@ def test_parse_steps_reads_verls_console_logger_lines():
            "noise\n(TaskRunnerV1 pid=1) step:2 - actor/pg_loss:0.25 - timing_s/step:2.0\n")
     assert parse_steps(log) == {1: {"actor/pg_loss": -0.5, "timing_s/step": 3.0},
                                 2: {"actor/pg_loss": 0.25, "timing_s/step": 2.0}}
+
+
+def test_a_verl_job_becomes_verls_command_line_with_its_overrides_last(tmp_path):
+    """What the job says reaches verl's command line; its overrides come after the mode's (so
+    they win), and with two ranks each micro-batch holds a rank's share."""
+    job = VerlJob("grpo", steps=3, save_freq=2, seed=5, ranks=2, extra=("trainer.val_before_train=True",))
+    cmd = verl_command(job, tmp_path)
+    assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
+    for item in ("trainer.total_training_steps=3", "trainer.save_freq=2", "data.seed=5", "trainer.n_gpus_per_node=2",
+                 "trainer.experiment_name=grpo"):
+        assert item in cmd, item
+    assert cmd.index("trainer.val_before_train=True") > cmd.index("trainer.val_before_train=False")
+    micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    assert cmd.index(f"{micro}=4") > cmd.index(f"{micro}=8")
+    assert (tmp_path / "data").is_dir()
 
 
 def test_a_step_line_that_ray_forwarded_in_pieces_is_put_back_together():

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from ppo_workload import LENGTHS, ROLLOUT_PLUGINS, ppo_extra
 
-from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, VerlRun, run_verl
 from rlweave.tiny_models import ensure_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,8 +100,8 @@ def sync_run(tmp_path_factory: pytest.TempPathFactory, user_venv: UserVenv, crit
     verl's command line."""
     workdir = tmp_path_factory.mktemp("sync")
     tracing = ("+rlweave.tracing.enable=true", f"+rlweave.tracing.dir={workdir / 'trace'}")
-    run = run_verl("ppo_critic_ref", workdir, steps=2, save_freq=1, timeout_s=900, trace=False, output_lens=LENGTHS,
-                   extra=ppo_extra(workdir, critic) + ROLLOUT_PLUGINS + tracing, python=user_venv.python,
-                   engine_in_core=True)
+    job = VerlJob("ppo_critic_ref", steps=2, save_freq=1, output_lens=LENGTHS,
+                  extra=ppo_extra(workdir, critic) + ROLLOUT_PLUGINS + tracing)
+    run = run_verl(job, workdir, RunSetup(timeout_s=900, trace=False, python=user_venv.python, engine_in_core=True))
     run.trace_dir = workdir / "trace"
     return run

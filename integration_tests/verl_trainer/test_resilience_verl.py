@@ -24,7 +24,7 @@ import pytest
 
 from rlweave.adapters.verl import checkpoints as ckpt
 from rlweave.benchmarks.resilience_chaos import chaos_env
-from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, VerlRun, run_verl
 from rlweave.tracing import load_events
 
 DETERMINISTIC = ("actor_rollout_ref.rollout.top_k=1",
@@ -62,8 +62,8 @@ def faulty(tmp_path_factory) -> VerlRun:
     with pytest.MonkeyPatch.context() as env:  # the chaos tool: a plugin this run alone registers
         for key, value in chaos_env(FAULTS).items():
             env.setenv(key, value)
-        return run_verl("grpo", tmp_path_factory.mktemp("faulty"), steps=4, save_freq=2, ranks=2, timeout_s=1100,
-                        extra=DETERMINISTIC + RESILIENCE)
+        return run_verl(VerlJob("grpo", steps=4, save_freq=2, ranks=2, extra=DETERMINISTIC + RESILIENCE),
+                        tmp_path_factory.mktemp("faulty"), RunSetup(timeout_s=1100))
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,9 @@ def resumed(faulty, tmp_path_factory) -> VerlRun:
 
     corrupt_newest(faulty.checkpoint_dir)
     work = tmp_path_factory.mktemp("resumed")
-    return run_verl("grpo", work, steps=4, ranks=2, timeout_s=900,
-                    extra=DETERMINISTIC + RESILIENCE + (f"trainer.default_local_dir={faulty.checkpoint_dir}",))
+    job = VerlJob("grpo", steps=4, ranks=2,
+                  extra=DETERMINISTIC + RESILIENCE + (f"trainer.default_local_dir={faulty.checkpoint_dir}",))
+    return run_verl(job, work, RunSetup(timeout_s=900))
 
 
 @pytest.mark.timeout(1200)

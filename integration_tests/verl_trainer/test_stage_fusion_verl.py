@@ -20,7 +20,7 @@ import math
 import pytest
 from ppo_workload import LENGTHS, RLWEAVE_AGENT_LOOP, SAMPLES, ppo_extra, rollout_dump
 
-from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, VerlRun, run_verl
 
 # Inference waits for the devices the migration frees (held until it comes): that path, always.
 MIGRATE_AT_FIRST_FINISH = (f"+rlweave.stage_fusion.migrate_threshold={SAMPLES - 1}",
@@ -46,9 +46,9 @@ CANCELLING_NOISE = {"actor/pg_loss": 1e-5, "actor/ppo_kl": 1e-5}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, sync_run, critic) -> tuple[VerlRun, VerlRun]:
     workdir = tmp_path_factory.mktemp("rlweave_fusion")
-    fused = run_verl("rlweave_fusion", workdir, steps=2, timeout_s=700, output_lens=LENGTHS, pin_cores=True,
-                     extra=ppo_extra(workdir, critic) + RLWEAVE_AGENT_LOOP + MIGRATE_AT_FIRST_FINISH,
-                     engine_in_core=True)
+    job = VerlJob("rlweave_fusion", steps=2, output_lens=LENGTHS,
+                  extra=ppo_extra(workdir, critic) + RLWEAVE_AGENT_LOOP + MIGRATE_AT_FIRST_FINISH)
+    fused = run_verl(job, workdir, RunSetup(timeout_s=700, pin_cores=True, engine_in_core=True))
     return sync_run, fused
 
 

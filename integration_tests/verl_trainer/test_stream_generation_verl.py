@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 from ppo_workload import SCHEDULING_PLUGINS, dump_rollouts, rollout_dump
 
-from rlweave.benchmarks.verl_runs import run_verl
+from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, run_verl
 from rlweave.tracing import load_events
 
 PROMPTS, N, MINI = 4, 2, 2  # per step: 4 GRPO groups of 2, streamed as 2 mini-batches of 2 groups
@@ -55,9 +55,9 @@ def test_disaggregated_on_policy_steps_the_optimizer_while_the_tail_generates(tm
     so they stay those of the rollout even at a learning rate that moves the policy far in one
     step: still on-policy. The next step's prompts go out when the step's last sample is in.
     Heddle and FastServe run in the same job: the plugins compose."""
-    run = run_verl("rlweave_stream_disaggregated", tmp_path, steps=2, timeout_s=600, output_lens=SKEWED,
-                   extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS + (dump_rollouts(tmp_path),), pin_cores=True,
-                   engine_in_core=True)
+    job = VerlJob("rlweave_stream_disaggregated", steps=2, output_lens=SKEWED,
+                  extra=STREAMED + LONG + FAST_LR + SCHEDULING_PLUGINS + (dump_rollouts(tmp_path),))
+    run = run_verl(job, tmp_path, RunSetup(timeout_s=600, pin_cores=True, engine_in_core=True))
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2]
     assert_each_sample_trained_once(run, 2)
@@ -99,9 +99,9 @@ def test_disaggregated_async_stays_within_one_version_and_drops_no_tail_group(tm
     the standalone replica through rlweave's gloo checkpoint engine: verl maps only Qwen-style
     MoE names, and rlweave's verl_mixtral_weight_names patch makes them load into vLLM's
     Mixtral (otherwise the first push hangs)."""
-    run = run_verl("rlweave_stream_async_disaggregated", tmp_path, steps=3, timeout_s=600,
-                   extra=(*STREAMED_UPDATES, dump_rollouts(tmp_path)), output_lens=SIBLINGS, pin_cores=True,
-                   model_name="tiny-mixtral", engine_in_core=True)
+    job = VerlJob("rlweave_stream_async_disaggregated", steps=3, extra=(*STREAMED_UPDATES, dump_rollouts(tmp_path)),
+                  output_lens=SIBLINGS, model_name="tiny-mixtral")
+    run = run_verl(job, tmp_path, RunSetup(timeout_s=600, pin_cores=True, engine_in_core=True))
     assert run.returncode == 0, run.log[-4000:]
     assert sorted(run.steps) == [1, 2, 3]
     assert_each_sample_trained_once(run, 3)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from ppo_workload import LENGTHS, ppo_extra, rollout_dump
 
-from rlweave.benchmarks.verl_runs import VerlRun, run_verl
+from rlweave.benchmarks.verl_runs import RunSetup, VerlJob, VerlRun, run_verl
 from rlweave.tracing import load_events
 
 HERE = Path(__file__).resolve().parent
@@ -84,10 +84,10 @@ def test_resumed_with_rlweave_off_reproduces_the_run_with_the_plugins_on(sync_ru
     workdir = tmp_path / "off"
     verl_loop = (f"actor_rollout_ref.rollout.agent.agent_loop_config_path={HERE / 'forced_length_agent_loop.yaml'}",
                  "actor_rollout_ref.rollout.agent.default_agent_loop=forced_length_single_turn")
-    off = run_verl("ppo_critic_ref", workdir, steps=2, trace=False, timeout_s=900, output_lens=LENGTHS,
-                   extra=ppo_extra(workdir, critic) + verl_loop + ("trainer.resume_mode=resume_path",
-                                                                   f"trainer.resume_from_path={resumed_from}"),
-                   engine_in_core=True)
+    job = VerlJob("ppo_critic_ref", steps=2, output_lens=LENGTHS,
+                  extra=ppo_extra(workdir, critic) + verl_loop + ("trainer.resume_mode=resume_path",
+                                                                  f"trainer.resume_from_path={resumed_from}"))
+    off = run_verl(job, workdir, RunSetup(trace=False, timeout_s=900, engine_in_core=True))
     assert_trained(off, [2])
     assert not list(workdir.glob("trace/*.jsonl")), "rlweave recorded while disabled"
     assert not any(k.startswith("rlweave/") for k in off.steps[2]), "rlweave reported while off"
