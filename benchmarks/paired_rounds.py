@@ -10,6 +10,12 @@ short, undecided otherwise. Where other work shares the machine, calls stall by 
 the median's range stays wide; the ratio of each arm's fastest calls (:func:`fastest_ratio`)
 is then the sharper figure for a cost paid in every call, and blind to one paid in some calls
 only (a periodic flush), which the median counts.
+
+Where the rounds come from several sets of fresh processes, the sets differ by more than the
+rounds within one do (seen: one set's median 1.05, the next's 0.98, for the same code), so the
+range resamples the sets first and then the rounds within each set drawn (``clusters``): it
+counts what a fresh process costs or gains by chance, and narrows with more sets, not with more
+rounds in the same processes.
 """
 
 from __future__ import annotations
@@ -40,22 +46,35 @@ def paired_ratios(arm_s: Sequence[float], base_s: Sequence[float]) -> list[float
 
 
 def _bootstrap(statistic: Callable[[list[int]], float], rounds: int, level: float, resamples: int,
-               seed: int) -> tuple[float, float]:
+               seed: int, clusters: Sequence[int] | None = None) -> tuple[float, float]:
     """The ``level`` percentile range of ``statistic`` over bootstrap resamples of the rounds
-    (indices drawn with replacement, the same rounds for every arm); seeded, so a result file
-    can be recomputed."""
+    (indices drawn with replacement, the same rounds for every arm); with ``clusters`` (each
+    round's set of processes), the sets are drawn first and then rounds within each. Seeded,
+    so a result file can be recomputed."""
     if rounds < 1:
         raise ValueError("a bootstrap range needs at least one round")
+    if clusters is not None and len(clusters) != rounds:
+        raise ValueError(f"one cluster per round is needed (got {len(clusters)} for {rounds} rounds)")
+    groups = [list(range(rounds))]
+    if clusters is not None:
+        groups = [[i for i in range(rounds) if clusters[i] == c] for c in sorted(set(clusters))]
     rng = random.Random(seed)
-    values = sorted(statistic(rng.choices(range(rounds), k=rounds)) for _ in range(resamples))
+    values = sorted(statistic(_draw(rng, groups)) for _ in range(resamples))
     tail = (1.0 - level) / 2.0
     return values[int(tail * (resamples - 1))], values[int(round((1.0 - tail) * (resamples - 1)))]
 
 
+def _draw(rng: random.Random, groups: list[list[int]]) -> list[int]:
+    """One two-stage resample: groups with replacement, then each drawn group's rounds."""
+    drawn = groups if len(groups) == 1 else rng.choices(groups, k=len(groups))
+    return [i for group in drawn for i in rng.choices(group, k=len(group))]
+
+
 def bootstrap_median_range(values: Sequence[float], level: float = 0.95, resamples: int = 4000,
-                           seed: int = 0) -> tuple[float, float]:
+                           seed: int = 0, clusters: Sequence[int] | None = None) -> tuple[float, float]:
     """The ``level`` percentile range of the median of ``values`` (one per round)."""
-    return _bootstrap(lambda idx: statistics.median(values[i] for i in idx), len(values), level, resamples, seed)
+    return _bootstrap(lambda idx: statistics.median(values[i] for i in idx), len(values), level, resamples, seed,
+                      clusters)
 
 
 def lower_quantile(values: Sequence[float], share: float) -> float:
@@ -80,21 +99,24 @@ def verdict(low: float, high: float, goal: float) -> str:
     return "missed" if high < goal else "undecided"
 
 
-def summarise(ratios: Sequence[float], goal: float, seed: int = 0) -> dict[str, object]:
-    """Median, bootstrap 95% range, the rounds' own 5-95th percentile spread, and the verdict."""
-    low, high = bootstrap_median_range(ratios, seed=seed)
+def summarise(ratios: Sequence[float], goal: float, seed: int = 0,
+              clusters: Sequence[int] | None = None) -> dict[str, object]:
+    """Median, bootstrap 95% range (over ``clusters`` then rounds, where given), the rounds' own
+    5-95th percentile spread, and the verdict."""
+    low, high = bootstrap_median_range(ratios, seed=seed, clusters=clusters)
     spread = [lower_quantile(ratios, 0.05), sorted(ratios)[int(round(0.95 * (len(ratios) - 1)))]]
     return {"median": statistics.median(ratios), "range95": [low, high], "rounds_p5_p95": spread,
             "rounds": len(ratios), "goal": goal, "verdict": verdict(low, high, goal)}
 
 
 def summarise_fastest(arm_s: Sequence[float], base_s: Sequence[float], goal: float,
-                      seed: int = 0) -> dict[str, object]:
-    """:func:`fastest_ratio` with its bootstrap 95% range over paired rounds, and the verdict."""
+                      seed: int = 0, clusters: Sequence[int] | None = None) -> dict[str, object]:
+    """:func:`fastest_ratio` with its bootstrap 95% range over paired rounds (over ``clusters``
+    then rounds, where given), and the verdict."""
     if len(arm_s) != len(base_s):
         raise ValueError(f"the fastest calls need one time per round in both arms (got {len(arm_s)} "
                          f"and {len(base_s)})")
     low, high = _bootstrap(lambda idx: fastest_ratio([arm_s[i] for i in idx], [base_s[i] for i in idx]),
-                           len(arm_s), 0.95, 4000, seed)
+                           len(arm_s), 0.95, 4000, seed, clusters)
     return {"ratio": fastest_ratio(arm_s, base_s), "share": FASTEST, "range95": [low, high],
             "rounds": len(arm_s), "goal": goal, "verdict": verdict(low, high, goal)}

@@ -35,6 +35,22 @@ def test_bootstrap_range_holds_the_median_and_narrows_with_rounds():
     assert bootstrap_median_range(noisy, seed=3) == bootstrap_median_range(noisy, seed=3)
 
 
+def test_a_range_over_engine_sets_counts_how_far_fresh_sets_land_apart():
+    """Four sets of fresh processes, each tight within itself, landing from 3% slower to 5%
+    faster (seen: one set's median 1.05, the next's 0.98, for the same code): the rounds alone
+    call a 0.98 goal met; drawing the sets first shows it is not decided."""
+    offsets = (0.97, 0.99, 1.02, 1.05)
+    rounds = [o + 0.002 * ((i * 7) % 5 - 2) for o in offsets for i in range(50)]
+    sets = [k for k in range(len(offsets)) for _ in range(50)]
+    low, high = bootstrap_median_range(rounds)
+    set_low, set_high = bootstrap_median_range(rounds, clusters=sets)
+    assert set_low < low and set_high > high and set_high - set_low > 2 * (high - low)
+    assert summarise(rounds, 0.98)["verdict"] == "met"
+    assert summarise(rounds, 0.98, clusters=sets)["verdict"] == "undecided"
+    with pytest.raises(ValueError, match="one cluster per round"):
+        bootstrap_median_range(rounds, clusters=sets[:10])
+
+
 def test_verdict_needs_the_whole_range_on_one_side():
     assert verdict(0.985, 1.01, 0.98) == "met"
     assert verdict(0.95, 0.97, 0.98) == "missed"
