@@ -75,6 +75,7 @@ import statistics
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -228,6 +229,18 @@ class StreamReplayBuffer(ReplayBufferAsync):
         self.step_stats.clear()
         self.staleness.clear()
         return metrics
+
+
+@dataclass
+class _StepTake:
+    """What one step took from the replay buffer so far, dynamic batch by dynamic batch."""
+
+    last_taken: float  # when the last dynamic batch was taken (perf_counter)
+    keys: list[str] = field(default_factory=list)
+    tags: list[dict] = field(default_factory=list)
+    aggregator: MetricsAggregator = field(default_factory=MetricsAggregator)
+    # inference seconds and samples per dynamic batch, by whether the trainer's devices were free of rollouts
+    inference: dict[bool, list[tuple[float, int]]] = field(default_factory=lambda: {True: [], False: []})
 
 
 @register_trainer(TRAINER_MODE)
@@ -446,48 +459,58 @@ class RlweaveStreamTrainer(PPOTrainer):
         self._next_batch_submitted = False
         submitted_at = self._submitted_at  # the next step's early submission below moves it
         self._plan_migration(metrics, self._take_unit(streamed_updates) * self._group)
-        last_taken = time.perf_counter()
-        inference: dict[bool, list[tuple[float, int]]] = {True: [], False: []}  # free? -> (s, samples)
-        aggregator = MetricsAggregator()
-        keys: list[str] = []
-        tags: list[dict] = []
-        while len(keys) < self._per_step * self._group:
-            part_metrics: dict = {}
-            with marked_timer("gen", timing_raw, color="red"):
-                part, off_policy = self.replay_buffer.take(self.global_steps, self._take_unit(streamed_updates),
-                                                           self._per_step - len(keys) // self._group)
-            last_taken = time.perf_counter()
-            part_metrics.update(off_policy)
-            part.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-            last = len(keys) + len(part.keys) == self._per_step * self._group
-            self._copy_needed = streamed_updates and not last
-            if last and self._migration is not None:
-                self._migration.end_step()
-            if last and self._push is not None and not self._async:
-                # On-policy the engines are idle from here to the push: the next prompts travel
-                # to them (parked behind the closed gate) while the trainer finishes the step.
-                self._push.close_gate()
-                self._submit_next_batch_now()
-            started = time.perf_counter()
-            part = self._prepare(part, part_metrics, timing_raw, balance=streamed_updates)
-            # Inference with the rollout instances off the trainer's devices, or beside them.
-            inference[last or self._migration is None or self._migration.migrated_this_step].append(
-                (time.perf_counter() - started, len(part.keys)))
-            if streamed_updates:
-                with marked_timer("update_actor", timing_raw, color="red"):
-                    part = self._update_actor(part, metrics=part_metrics)
-                self._updated_this_step = True
-                self.replay_buffer.step_stats["streamed_updates"] += 1
-            keys += part.keys
-            tags += part.tags
-            aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
-        batch = KVBatchMeta(partition_id="train", keys=keys, tags=tags)  # the updates set their extra_info
+        take = _StepTake(last_taken=time.perf_counter())
+        while len(take.keys) < self._per_step * self._group:
+            self._take_dynamic_batch(take, streamed_updates, timing_raw)
+        batch = KVBatchMeta(partition_id="train", keys=take.keys, tags=take.tags)  # the updates set their extra_info
         if not self._async:  # generation + inference, from when the engines could start on the batch
             began = max(submitted_at, self._push.resumed_at if self._push is not None else 0.0)
             metrics[f"{METRIC}/stage_s"] = time.perf_counter() - began
         self._inference_s_per_sample = {free: sum(t for t, _ in runs) / sum(n for _, n in runs) if runs else 0.0
-                                        for free, runs in inference.items()}
-        self._prompt_len = round(statistics.mean(int(t.get("prompt_len", 0)) for t in tags))
+                                        for free, runs in take.inference.items()}
+        self._prompt_len = round(statistics.mean(int(t.get("prompt_len", 0)) for t in take.tags))
+        batch = self._update_whole_batch(batch, take, streamed_updates, update_actor, timing_raw)
+        self._step_metrics(metrics, take)
+        return batch
+
+    def _take_dynamic_batch(self, take: _StepTake, streamed_updates: bool, timing_raw: dict) -> None:
+        """Take the groups that are ready (whole units), prepare them and, where updates
+        stream, run their optimizer steps; add them to ``take``."""
+        part_metrics: dict = {}
+        with marked_timer("gen", timing_raw, color="red"):
+            part, off_policy = self.replay_buffer.take(self.global_steps, self._take_unit(streamed_updates),
+                                                       self._per_step - len(take.keys) // self._group)
+        take.last_taken = time.perf_counter()
+        part_metrics.update(off_policy)
+        part.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+        last = len(take.keys) + len(part.keys) == self._per_step * self._group
+        self._copy_needed = streamed_updates and not last
+        if last and self._migration is not None:
+            self._migration.end_step()
+        if last and self._push is not None and not self._async:
+            # On-policy the engines are idle from here to the push: the next prompts travel
+            # to them (parked behind the closed gate) while the trainer finishes the step.
+            self._push.close_gate()
+            self._submit_next_batch_now()
+        started = time.perf_counter()
+        part = self._prepare(part, part_metrics, timing_raw, balance=streamed_updates)
+        # Inference with the rollout instances off the trainer's devices, or beside them.
+        take.inference[last or self._migration is None or self._migration.migrated_this_step].append(
+            (time.perf_counter() - started, len(part.keys)))
+        if streamed_updates:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                part = self._update_actor(part, metrics=part_metrics)
+            self._updated_this_step = True
+            self.replay_buffer.step_stats["streamed_updates"] += 1
+        take.keys += part.keys
+        take.tags += part.tags
+        take.aggregator.add_step_metrics(part_metrics, sample_count=len(part.keys))
+
+    def _update_whole_batch(self, batch: KVBatchMeta, take: _StepTake, streamed_updates: bool,
+                            update_actor: bool, timing_raw: dict) -> KVBatchMeta:
+        """What runs over the whole batch once its last group is in: verl's balance and the
+        actor's update where updates did not stream, advantages that normalise over the whole
+        batch, the critic's update."""
         update_metrics: dict = {}
         if not streamed_updates:  # verl's balance over the whole batch, as in its sync mode
             batch = self._balance_batch(batch, metrics=update_metrics)
@@ -500,17 +523,21 @@ class RlweaveStreamTrainer(PPOTrainer):
         if update_actor and not streamed_updates:
             with marked_timer("update_actor", timing_raw, color="red"):
                 batch = self._update_actor(batch, metrics=update_metrics)
-        aggregator.add_step_metrics(update_metrics, sample_count=len(keys))
-        metrics.update(aggregator.get_aggregated_metrics())
+        take.aggregator.add_step_metrics(update_metrics, sample_count=len(take.keys))
+        return batch
+
+    def _step_metrics(self, metrics: dict, take: _StepTake) -> None:
+        """The step's figures into verl's ``metrics``: the dynamic batches' and the updates',
+        the replay buffer's, and what the push and the tail's migration did."""
+        metrics.update(take.aggregator.get_aggregated_metrics())
         metrics.update(self.replay_buffer.pop_step_metrics())
-        metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - last_taken
+        metrics[f"{METRIC}/after_last_sample_s"] = time.perf_counter() - take.last_taken
         if self._push is not None:  # the last push that finished: pause, load and resume, overlapped
             metrics[f"{METRIC}/rollout_push_s"] = self._push.background_s
         if self._migration is not None:
             metrics[f"{FUSION_METRIC}/migrated"] = float(self._migration.migrated)
             metrics[f"{FUSION_METRIC}/inference_s_per_sample"] = self._inference_s_per_sample[True]
             metrics[f"{FUSION_METRIC}/inference_s_per_sample_shared"] = self._inference_s_per_sample[False]
-        return batch
 
     def _take_unit(self, streamed_updates: bool) -> int:
         """Groups per dynamic batch unit: a PPO mini-batch where its optimizer step streams;
