@@ -1,13 +1,13 @@
 """Discrete-event simulation of an agentic rollout over continuous-batching engine instances.
 
 A planning tool, not a result: it extrapolates ``rlweave bench agentic`` to cluster scale from
-the per-iteration cost measured on the real engine (:class:`EngineCostModel`). Each instance runs
-up to ``slots`` requests per iteration; an iteration with ``B`` requests takes
-``iteration_s(B)``; admitting a request first stalls the batch for its prefill. A finished turn
-enters its tool call, after which the next turn is placed and queued again. Token progress is
-advanced lazily between events, so the cost is per event, not per iteration. An instance's
-prefix cache keeps a trajectory's context between its turns, so a turn prefills only what is
-new there (a migrated turn re-prefills its whole context).
+the per-iteration cost measured on the real engine (:class:`EngineCostModel`). The engines are
+:mod:`rlweave.sim`'s fluid, eager simulator (each instance runs up to ``slots`` turns an
+iteration; a turn is admitted when the agent loop submits it, its prefill stalling the batch);
+this module is the agent loop around it: a finished turn enters its tool call, after which the
+next turn is placed and queued again. An instance's prefix cache keeps a trajectory's context
+between its turns, so a turn prefills only what is new there (a migrated turn re-prefills its
+whole context; a preempted one, swapped back in, its context and what it had made).
 
 Policies are the same objects the real run uses: verl's sticky least-loaded balancer logic and
 FCFS queues, or rlweave's :class:`TrajectoryOrchestrator` with priority queues, told what the
@@ -17,35 +17,15 @@ preemptive queue and tail parallelism (:mod:`.agentic_tail`) are simulated ablat
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from rlweave.benchmarks.agentic_tail import TailParallelism
 from rlweave.benchmarks.agentic_workload import TOOL_OUTPUT_TOKENS, Trajectory
 from rlweave.plugins.agentic_rollout.orchestrator import TrajectoryOrchestrator
-from rlweave.benchmarks.agentic_tail import TailParallelism
 from rlweave.plugins.agentic_rollout.placement import EngineCostModel
+from rlweave.sim import KeepRunning, Request, ShortestRemainingPreempts, Simulator
 from rlweave.types import InstanceLoad, TrajectoryInfo
-
-
-@dataclass
-class _Turn:
-    traj: Trajectory
-    index: int
-    submit_s: float
-    key: tuple
-    left: float | None = None  # tokens still to generate, when moved mid-turn
-
-
-@dataclass
-class _Instance:
-    iid: str
-    cost: EngineCostModel
-    running: dict[int, tuple[_Turn, float]] = field(default_factory=dict)  # id -> (turn, left)
-    waiting: list[tuple[tuple, int, _Turn]] = field(default_factory=list)
-    progress_from: float = 0.0
-    version: int = 0
 
 
 @dataclass
@@ -81,154 +61,115 @@ def simulate(trajectories: list[Trajectory], instances: int, cost: EngineCostMod
         raise ValueError("heddle placement and priority queues need an orchestrator")
     if tail is not None and placement != "heddle":
         raise ValueError("tail parallelism is a decision of heddle placement")
-    return _Rollout(trajectories, instances, cost, _Policy(placement, queue, orchestrator, seed, tail)).run()
+    return _AgentLoop(trajectories, instances, cost, _Policy(placement, queue, orchestrator, seed, tail)).run()
 
 
-class _Rollout:
-    """One simulated rollout: the event loop and the state the policies read."""
+class _AgentLoop:
+    """The agent loops of one rollout around :class:`rlweave.sim.Simulator`: its placement (each
+    turn on arrival), queue order (the key the turn was submitted with), prefill rule (the
+    instance's prefix cache) and listener (starts, preemptions, finishes, the tail switch)."""
 
     def __init__(self, trajectories: list[Trajectory], instances: int, cost: EngineCostModel,
                  policy: _Policy) -> None:
         self.trajectories, self.cost, self.policy = trajectories, cost, policy
         self.orchestrator = policy.orchestrator
         self.rng = random.Random(policy.seed)
-        self.insts = [_Instance(f"i{k}", cost) for k in range(instances)]
-        self.live = list(self.insts)  # instances placement may use (merging retires some)
+        self.live = list(range(instances))  # instances placement may use (merging retires some)
         self.switched_at: float | None = None
-        self.by_id = {i.iid: i for i in self.insts}
-        self.sticky: dict[str, str] = {}
-        self.inflight = {i.iid: 0 for i in self.insts}
+        self.sticky: dict[str, int] = {}
+        self.inflight = [0] * instances
         self.state = {t.id: {"turns": 0, "tokens": 0, "inst": None} for t in trajectories}
         self.queueing = {t.id: 0.0 for t in trajectories}
-        self.cached: dict[tuple[str, str], int] = {}  # (instance, trajectory) -> context tokens cached
+        self.cached: dict[tuple[int, str], int] = {}  # (instance, trajectory) -> context tokens cached
         self.finish: dict[str, float] = {}
-        self.events: list[tuple[float, int, str, object]] = []
-        self.seq = itertools.count()
+        self.turns: list[tuple[Trajectory, int]] = []  # request id -> (trajectory, turn)
+        self.keys: dict[int, tuple] = {}
+        self.queued_since: dict[int, float] = {}
+        preemption = ShortestRemainingPreempts(recompute=True) if policy.queue == "preemptive" else KeepRunning()
+        self.sim = Simulator([cost] * instances, order=self, preemption=preemption, placement=self, fluid=True,
+                             eager=True, prefill=self, listener=self)
 
     def run(self) -> SimResult:
-        for t in self.trajectories:
-            if self.orchestrator is not None:
+        if self.orchestrator is not None:
+            for t in self.trajectories:
                 self.orchestrator.started(self.info(t))
-            heapq.heappush(self.events, (0.0, next(self.seq), "submit", t))
-        while self.events:
-            now, _, kind, payload = heapq.heappop(self.events)
-            if kind == "submit":
-                self.submit(payload, now)
-            else:
-                self.iteration_boundary(payload, now)
+        for t in self.trajectories:
+            self.submit(t, 0.0)
+        self.sim.run()
         return SimResult(max(self.finish.values()), self.queueing, self.finish,
                          self.orchestrator.migrations if self.orchestrator is not None else 0, self.switched_at)
 
     def info(self, t: Trajectory) -> TrajectoryInfo:
         s = self.state[t.id]
         turn = min(s["turns"], len(t.turn_tokens) - 1)
-        return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], s["inst"], t.task,
-                              t.prompt_len, t.context_before(turn))
+        inst = None if s["inst"] is None else f"i{s['inst']}"
+        return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], inst, t.task, t.prompt_len,
+                              t.context_before(turn))
 
-    def advance(self, inst: _Instance, now: float) -> None:
-        """Decode the running turns' tokens up to ``now`` (fractions of a token count)."""
-        if inst.running and now > inst.progress_from:
-            done = (now - inst.progress_from) / inst.cost.iteration_s(len(inst.running))
-            for rid, (turn, left) in inst.running.items():
-                inst.running[rid] = (turn, left - done)
-        inst.progress_from = max(inst.progress_from, now)
+    def submit(self, t: Trajectory, at: float) -> None:
+        """The trajectory's next turn reaches the agent loop at ``at``."""
+        turn = self.state[t.id]["turns"]
+        self.turns.append((t, turn))
+        self.sim.submit([Request(len(self.turns) - 1, at, float(t.turn_tokens[turn]))])
 
-    def reschedule(self, inst: _Instance, now: float) -> None:
-        """Admit waiting turns (their prefill stalls the batch), then schedule the next finish."""
-        prefill = self.admit(inst, now)
-        if self.policy.queue == "preemptive":
-            prefill += self.preempt_for_waiting(inst, now)
-        inst.progress_from += prefill * inst.cost.prefill_s_per_token
-        inst.version += 1
-        if inst.running:
-            left = min(left for _, left in inst.running.values())
-            at = inst.progress_from + max(left, 0.0) * inst.cost.iteration_s(len(inst.running))
-            heapq.heappush(self.events, (at, next(self.seq), "instance", (inst.iid, inst.version)))
+    # -- placement: as rlweave's agent loop, report the turn and take its priority, then acquire
+    def arrive(self, sim: Simulator, requests: list[Request], now: float) -> None:
+        for r in requests:
+            t, _ = self.turns[r.id]
+            if self.orchestrator is not None:
+                self.orchestrator.turn_started(self.info(t), now)
+            self.keys[r.id] = (self.orchestrator.priority(self.info(t)), now) if self.policy.queue != "fcfs" \
+                else (now,)
+            self.queued_since[r.id] = now
+            k = self.state[t.id]["inst"] = self.place(t, now)
+            self.inflight[k] += 1
+            sim.enqueue(k, [r], now)
 
-    def admit(self, inst: _Instance, now: float) -> int:
-        """Fill free slots from the waiting queue; returns the tokens to prefill. vLLM's prefix
-        cache holds the trajectory's context where its last turn ran."""
-        prefill = 0
-        while inst.waiting and len(inst.running) < inst.cost.slots:
-            _, rid, turn = heapq.heappop(inst.waiting)
-            self.start_turn(inst, rid, turn, now)
-            context = turn.traj.context_before(turn.index)
-            prefill += max(context - self.cached.get((inst.iid, turn.traj.id), 0), 0)
-        return prefill
+    def refill(self, sim: Simulator, engine: int, now: float) -> None:
+        """Nothing is held back: every turn was placed on arrival."""
 
-    def start_turn(self, inst: _Instance, rid: int, turn: _Turn, now: float) -> float:
-        """``turn`` leaves the queue and runs; returns its tokens left."""
-        self.queueing[turn.traj.id] += now - turn.submit_s
-        left = turn.traj.turn_tokens[turn.index] if turn.left is None else turn.left
-        inst.running[rid] = (turn, float(left))
-        return left
-
-    def preempt_for_waiting(self, inst: _Instance, now: float) -> int:
-        """Swap the worst-ranked running turns for better-ranked waiting ones (recompute: the
-        resumed turn re-prefills its context and what it had generated); returns the tokens to
-        prefill."""
-        prefill = 0
-        while inst.waiting and inst.running:
-            rid, (worst, left) = max(inst.running.items(), key=lambda kv: kv[1][0].key)
-            if inst.waiting[0][0] >= worst.key:
-                break
-            del inst.running[rid]
-            worst.left, worst.submit_s = left, now
-            heapq.heappush(inst.waiting, (worst.key, rid, worst))
-            _, nrid, turn = heapq.heappop(inst.waiting)
-            left = self.start_turn(inst, nrid, turn, now)
-            done = turn.traj.turn_tokens[turn.index] - left
-            prefill += turn.traj.context_before(turn.index) + int(done)
-        return prefill
-
-    def submit(self, t: Trajectory, now: float) -> None:
-        """As rlweave's agent loop: report the turn and take its priority, then acquire."""
-        s = self.state[t.id]
-        if self.orchestrator is not None:
-            self.orchestrator.turn_started(self.info(t), now)
-        key: tuple = (self.orchestrator.priority(self.info(t)), now) if self.policy.queue != "fcfs" else (now,)
-        iid = s["inst"] = self.place(t, now)
-        self.inflight[iid] += 1
-        inst = self.by_id[iid]
-        self.advance(inst, now)
-        heapq.heappush(inst.waiting, (key, next(self.seq), _Turn(t, s["turns"], now, key)))
-        self.reschedule(inst, now)
-
-    def place(self, t: Trajectory, now: float) -> str:
+    def place(self, t: Trajectory, now: float) -> int:
         """The orchestrator's choice, or, with sticky placement or when it leaves the choice to
         the framework (its predictions not shown skilled), verl's sticky least-in-flight."""
         if self.policy.placement == "heddle":
-            loads = [InstanceLoad(i.iid, len(i.running), len(i.waiting)) for i in self.live]
+            loads = [InstanceLoad(f"i{k}", self.sim.running(k), self.sim.waiting(k)) for k in self.live]
             chosen = self.orchestrator.choose_instance(self.info(t), loads, now)
             if chosen is not None:
-                return chosen
-        iid = self.sticky.get(t.id)
-        if iid is None or self.by_id[iid] not in self.live:
-            low = min(self.inflight.values())
-            iid = self.sticky[t.id] = self.rng.choice([k for k, v in self.inflight.items() if v == low])
-        return iid
+                return int(chosen[1:])
+        k = self.sticky.get(t.id)
+        if k is None or k not in self.live:
+            low = min(self.inflight)
+            k = self.sticky[t.id] = self.rng.choice([j for j, v in enumerate(self.inflight) if v == low])
+        return k
 
-    def iteration_boundary(self, payload: tuple[str, int], now: float) -> None:
-        """An instance's first running turn ends: retire what finished, refill, maybe switch."""
-        iid, version = payload
-        inst = self.by_id[iid]
-        if version != inst.version:
-            return
-        self.advance(inst, now)
-        for rid, (turn, left) in list(inst.running.items()):
-            if left <= 1e-9:
-                del inst.running[rid]
-                self.turn_ended(iid, turn, now)
-        self.reschedule(inst, now)
-        self.maybe_switch_tail(now)
+    # -- queue order and prefill rule
+    def key(self, request: Request, left: float) -> tuple:
+        """The turn's priority when it was submitted (FCFS: its submission time)."""
+        return self.keys[request.id]
 
-    def turn_ended(self, iid: str, turn: _Turn, now: float) -> None:
+    def tokens(self, sim: Simulator, request: int, engine: int, displaced: bool) -> float:
+        """vLLM's prefix cache holds the trajectory's context where its last turn ran; a turn
+        swapped in by preemption recomputes its context and the tokens it had made."""
+        t, turn = self.turns[request]
+        if displaced:
+            return t.context_before(turn) + int(t.turn_tokens[turn] - sim.left[request])
+        return max(t.context_before(turn) - self.cached.get((engine, t.id), 0), 0)
+
+    # -- listener
+    def started(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        self.queueing[self.turns[request][0].id] += now - self.queued_since[request]
+
+    def preempted(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        self.queued_since[request] = now
+
+    def finished(self, sim: Simulator, request: int, engine: int, now: float) -> None:
         """Its context stays cached there; the trajectory finishes or calls its tool."""
-        self.inflight[iid] -= 1
-        t, s = turn.traj, self.state[turn.traj.id]
-        self.cached[(iid, t.id)] = t.context_before(turn.index) + t.turn_tokens[turn.index]
+        t, turn = self.turns[request]
+        s = self.state[t.id]
+        self.inflight[engine] -= 1
+        self.cached[(engine, t.id)] = t.context_before(turn) + t.turn_tokens[turn]
         s["turns"] += 1
-        s["tokens"] += t.turn_tokens[turn.index]
+        s["tokens"] += t.turn_tokens[turn]
         if self.orchestrator is not None:
             self.orchestrator.turn_ended(self.info(t), now)
         if s["turns"] == len(t.turn_tokens):
@@ -236,16 +177,16 @@ class _Rollout:
             if self.orchestrator is not None:
                 self.orchestrator.finished(self.info(t))
         else:
-            heapq.heappush(self.events, (now + t.tool_s[turn.index], next(self.seq), "submit", t))
+            self.submit(t, now + t.tool_s[turn])
 
-    def maybe_switch_tail(self, now: float) -> None:
+    def boundary(self, sim: Simulator, engine: int, now: float) -> None:
+        """After each iteration boundary: maybe switch the tail."""
         tail = self.policy.tail
         if tail is None or self.switched_at is not None or \
                 len(self.trajectories) - len(self.finish) > len(self.live) // tail.merge * self.cost.slots:
             return
         active = [self.info(t) for t in self.trajectories if t.id not in self.finish]
-        loads = [self.orchestrator.load(i) for i in active]
-        if tail.should_switch(loads, len(self.live), self.cost):
+        if tail.should_switch([self.orchestrator.load(i) for i in active], len(self.live), self.cost):
             self.switch_tail(now)
 
     def switch_tail(self, now: float) -> None:
@@ -253,35 +194,14 @@ class _Rollout:
         progress and re-prefill; the merged instance starts after the switch."""
         tail = self.policy.tail
         self.switched_at = now
-        merged_cost = tail.merged_cost(self.cost)
         live = self.live
         groups = [live[k:k + tail.merge] for k in range(0, len(live) - len(live) % tail.merge, tail.merge)]
         for head, *rest in groups:
-            self.advance(head, now)
-            for other in rest:
-                self.merge_into(head, other, now)
-            head.cost = merged_cost
-            for rid, (turn, left) in head.running.items():  # running turns pause for the switch
-                turn.left = left
-                heapq.heappush(head.waiting, (turn.key, rid, turn))
-            head.running = {}
-            head.progress_from = now + tail.switch_s
-            self.reschedule(head, now + tail.switch_s)
+            for s in self.state.values():
+                if s["inst"] in rest:
+                    s["inst"] = head
+            self.sim.rebuild(head, rest, tail.merged_cost(self.cost), now + tail.switch_s, now)
         self.live = [g[0] for g in groups]
-
-    def merge_into(self, head: _Instance, other: _Instance, now: float) -> None:
-        """``other``'s turns, running (with their progress) and waiting, queue on ``head``."""
-        self.advance(other, now)
-        for rid, (turn, left) in other.running.items():
-            turn.left = left
-            heapq.heappush(head.waiting, (turn.key, rid, turn))
-        for entry in other.waiting:
-            heapq.heappush(head.waiting, entry)
-        other.running, other.waiting = {}, []
-        other.version += 1
-        for s in self.state.values():
-            if s["inst"] == other.iid:
-                s["inst"] = head.iid
 
 
 def serial_time(t: Trajectory, cost: EngineCostModel) -> float:

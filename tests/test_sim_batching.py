@@ -158,3 +158,76 @@ def test_recompute_re_prefills_only_the_requests_that_lost_their_slot() -> None:
         finishes[preemption.recompute] = sim.run().finish_array().tolist()
         assert sum(it.prefill_tokens for it in sim.log) == 8  # each prompt once
     assert finishes[True] == finishes[False]
+
+
+def test_an_eager_engine_chooses_at_each_request_it_is_given() -> None:
+    """Two requests at one instant on one slot: the engine chooses once after both (the short
+    one first) or, eager, at each, so the first given holds the slot (an agent loop's order)."""
+    requests = [Request(0, 0.0, 10), Request(1, 0.0, 2)]
+    finish = {}
+    for eager in (False, True):
+        sim = Simulator([EngineModel(base_s=1.0, slots=1)], ShortestRemaining(), fluid=True, eager=eager)
+        sim.submit(requests)
+        finish[eager] = sim.run().finish_array().tolist()
+    assert finish == {False: [12.0, 2.0], True: [10.0, 12.0]}
+    with pytest.raises(ValueError, match="pass fluid=True with eager=True"):
+        Simulator([EngineModel(base_s=1.0, slots=1)], eager=True)
+
+
+class _Heard:
+    """A prefill rule (100 tokens for a request that displaced another, none otherwise) and a
+    listener that writes down what it hears."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, int, float]] = []
+
+    def tokens(self, sim: Simulator, request: int, engine: int, displaced: bool) -> float:
+        return 100.0 if displaced else 0.0
+
+    def started(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        self.heard.append(("started", request, now))
+
+    def preempted(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        self.heard.append(("preempted", request, now))
+
+    def finished(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        self.heard.append(("finished", request, now))
+
+    def boundary(self, sim: Simulator, engine: int, now: float) -> None:
+        """Not written down: one per jump."""
+
+
+def test_the_prefill_rule_and_the_listener_see_each_start_preemption_and_finish() -> None:
+    """A long request runs; a short one arriving at 3 s displaces it and prefills the rule's 100
+    tokens (1 s), then the long one takes the freed slot back at no cost and makes its last 7."""
+    heard = _Heard()
+    sim = Simulator([EngineModel(base_s=1.0, slots=1, prefill_s_per_token=0.01)], ShortestRemaining(),
+                    ShortestRemainingPreempts(recompute=True), prefill=heard, listener=heard)
+    sim.submit([Request(0, 0.0, 10), Request(1, 3.0, 2)])
+    assert sim.run().finish_array().tolist() == pytest.approx([13.0, 6.0])
+    assert heard.heard == [("started", 0, 0.0), ("preempted", 0, 3.0), ("started", 1, 3.0),
+                           ("finished", 1, 6.0), ("started", 0, 6.0), ("finished", 0, 13.0)]
+
+
+def test_a_waiting_request_ranked_equal_to_the_running_one_does_not_displace_it() -> None:
+    class Level:
+        def key(self, request: Request, left: float) -> tuple:
+            return (0,)
+
+    sim = Simulator([EngineModel(base_s=1.0, slots=1)], Level(), ShortestRemainingPreempts())
+    sim.submit([Request(1, 0.0, 4), Request(0, 1.0, 1)])  # the id does not break the tie either
+    assert sim.run().finish_array().tolist() == [5.0, 4.0]
+
+
+def test_a_rebuild_merges_engines_into_one_faster_that_resumes_after_the_switch() -> None:
+    """At 4 s engine 1's request moves onto engine 0, which becomes twice as fast from 5 s: both
+    make their last 6 tokens there (no prefill: the model charges none) and engine 1 idles."""
+    slow, fast = EngineModel(base_s=1.0, slots=2), EngineModel(base_s=0.5, slots=2)
+    sim = Simulator([slow, slow], fluid=True)
+    sim.submit([Request(0, 0.0, 10), Request(1, 0.0, 10)])
+    sim.run_until(4.0)
+    sim.rebuild(0, [1], fast, until=5.0, now=4.0)
+    assert sim.run().finish_array().tolist() == [8.0, 8.0]
+    assert sim.busy_s().tolist() == [7.0, 4.0]
+    with pytest.raises(ValueError, match="pass fluid=True"):
+        Simulator([slow]).rebuild(0, [], fast, 1.0, 0.0)

@@ -15,9 +15,16 @@ a request placed mid-iteration starts at once, progress counts in fractions of a
 pause keeps the fraction made. A jump then prefills first (a stall) and decodes at one token
 per ``iteration_s(b)`` after it.
 
+``eager=True`` (fluid only) takes an engine's boundary at each request it is given, so requests
+placed at one instant are chosen one at a time, as an agent loop submits them: what the engine
+chose at that instant is committed (its prefill paid) before the next arrives.
+
 What a request waits in and how it is chosen are the policies (:mod:`rlweave.sim.policies`): a
-placement puts it on an engine's waiting queue, the queue order ranks it there, and the
-preemption rule says whether running requests compete with waiting ones at each boundary.
+placement puts it on an engine's waiting queue, the queue order ranks it there, the preemption
+rule says whether a waiting request displaces a running one at each boundary, and the prefill
+rule says what a request prefills when it starts on an engine. A :class:`RequestListener` hears
+each start, preemption, finish and scheduled boundary (an agent loop submits its next turn from
+a finish); :meth:`Simulator.rebuild` merges engines into one of another model (tail parallelism).
 """
 
 from __future__ import annotations
@@ -27,11 +34,21 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from rlweave.sim.engine import EngineModel
-from rlweave.sim.policies import ArrivalOrder, KeepRunning, Placement, Preemption, QueueOrder, RoundRobin
+from rlweave.sim.policies import (
+    ArrivalOrder,
+    KeepRunning,
+    Placement,
+    Preemption,
+    Prefill,
+    PromptAndMade,
+    QueueOrder,
+    RoundRobin,
+)
 
 # at one instant, arrivals are queued before an engine chooses, and engines choose in index order
 _ARRIVAL, _BOUNDARY = 0, 1
@@ -79,6 +96,22 @@ class _Jump:
     carried_s: float = 0.0  # the stall it took over from a cut jump
 
 
+class RequestListener(Protocol):
+    """What a :class:`Simulator` tells its client about requests (all optional to act on)."""
+
+    def started(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        """``request`` took a slot on ``engine`` at ``now`` (again, after a preemption)."""
+
+    def preempted(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        """``request`` gave its slot to a better waiting one and waits again."""
+
+    def finished(self, sim: Simulator, request: int, engine: int, now: float) -> None:
+        """``request`` made its last token at ``now`` (the client may submit more from here)."""
+
+    def boundary(self, sim: Simulator, engine: int, now: float) -> None:
+        """``engine``'s scheduled iteration boundary was taken (its next iteration started)."""
+
+
 @dataclass
 class _Engine:
     model: EngineModel
@@ -96,11 +129,13 @@ class Simulator:
     """Continuous batching of submitted requests on ``engines`` (one :class:`EngineModel` per
     instance; ``slots``: per instance where the models leave it open). Feed it with
     :meth:`submit`, advance it with :meth:`run_until` (or :meth:`run` to the end), read
-    :attr:`finish_s`, :meth:`busy_s` and :attr:`log`. ``fluid``: see the module docstring."""
+    :attr:`finish_s`, :meth:`busy_s` and :attr:`log`. ``fluid`` and ``eager``: see the module
+    docstring."""
 
     def __init__(self, engines: Sequence[EngineModel], order: QueueOrder | None = None,
                  preemption: Preemption | None = None, placement: Placement | None = None,
-                 slots: Sequence[int] | None = None, fluid: bool = False) -> None:
+                 slots: Sequence[int] | None = None, fluid: bool = False, eager: bool = False,
+                 prefill: Prefill | None = None, listener: RequestListener | None = None) -> None:
         slots = list(slots) if slots is not None else [m.slots for m in engines]
         if not engines or len(slots) != len(engines) or any(s is None or s < 1 for s in slots):
             raise ValueError(f"Simulator needs at least one engine and a slot count >= 1 for each (from the "
@@ -109,7 +144,13 @@ class Simulator:
         self.order = order or ArrivalOrder()
         self.preemption = preemption or KeepRunning()
         self.placement = placement or RoundRobin()
-        self.fluid = fluid
+        if eager and not fluid:
+            raise ValueError("eager admission is a fluid simulator's (a request placed mid-iteration starts at once): "
+                             "pass fluid=True with eager=True")
+        self.fluid, self.eager = fluid, eager
+        self.prefill = prefill or PromptAndMade()
+        self.request_listener = listener
+        self._displacing: set[int] = set()  # requests that took a running one's slot at this boundary
         self.requests: dict[int, Request] = {}
         self.left: dict[int, float] = {}
         self.finish_s: dict[int, float] = {}
@@ -162,6 +203,8 @@ class Simulator:
                 self.placement.arrive(self, payload, now)
             else:
                 self._boundary(payload[0], now)
+                if self.request_listener is not None:
+                    self.request_listener.boundary(self, payload[0], now)
 
     def run(self) -> Simulator:
         """Run until every submitted request has finished."""
@@ -176,6 +219,14 @@ class Simulator:
         """Finish time of requests 0..n-1 (``inf``: not finished)."""
         return np.array([self.finish_s.get(i, math.inf) for i in range(len(self.requests))])
 
+    def running(self, engine: int) -> int:
+        """How many requests ``engine``'s iteration in flight decodes."""
+        return len(self._engines[engine].running)
+
+    def waiting(self, engine: int) -> int:
+        """How many requests wait in ``engine``'s queue."""
+        return len(self._engines[engine].waiting)
+
     def has_room(self, engine: int) -> bool:
         """Whether ``engine``'s running and waiting requests are fewer than its slots."""
         e = self._engines[engine]
@@ -187,12 +238,39 @@ class Simulator:
         e = self._engines[engine]
         for r in requests:
             heapq.heappush(e.waiting, (self.order.key(r, self.left[r.id]), r.id))
-        if e.jump is None:
+        if self.eager:
+            if e.jump is not None and e.jump.end > now:
+                self._cut(engine, now)
+            self._boundary(engine, now)
+        elif e.jump is None:
             start = max(now, e.resume_at)
             e.jump = _Jump(start=start, stall_s=0.0, each_s=0.0, count=0, end=start)
             self._schedule(engine, e.jump.end)
         elif e.jump.end > now and self._cut(engine, now):
             self._schedule(engine, e.jump.end)
+
+    def rebuild(self, engine: int, absorb: Sequence[int], model: EngineModel, until: float, now: float) -> None:
+        """Engines ``absorb`` hand every request to ``engine``, which becomes ``model`` and
+        resumes at ``until`` (a reconfiguration, as tensor parallelism for the tail): running
+        requests keep the tokens they made and lose their KV (a prefill in flight is lost with
+        it), and all wait on ``engine`` in its order; the absorbed engines take no more work."""
+        if not self.fluid:
+            raise ValueError("rebuild stops engines mid-iteration, which only a fluid simulator models: "
+                             "pass fluid=True")
+        head = self._engines[engine]
+        for k in (*absorb, engine):
+            e = self._engines[k]
+            if e.jump is not None and e.jump.end > now:
+                self._cut(k, now)
+            self._settle(k)
+            self._prefilled.difference_update(e.running)
+            moved = [(self.order.key(self.requests[i], self.left[i]), i) for i in e.running] + e.waiting
+            e.running, e.waiting, e.carry_s = [], [], 0.0
+            e.version += 1  # its scheduled boundary is void
+            for entry in moved:
+                heapq.heappush(head.waiting, entry)
+        head.model, head.resume_at = model, max(head.resume_at, until)
+        self._boundary(engine, until)
 
     def _cut(self, engine: int, now: float) -> bool:
         """Shorten the engine's jump to end at its first boundary at or after ``now`` (fluid:
@@ -201,7 +279,8 @@ class Simulator:
         j = e.jump
         if j.pauses or not j.count:
             return False
-        if now <= j.start:  # not begun (it waits for a pause to end): the engine chooses afresh then
+        if now < j.start or (now == j.start and not self.eager):
+            # not begun (it waits for a pause to end): the engine chooses afresh then
             self._prefilled.difference_update(j.new)
             e.carry_s, j.count, j.stall_s, j.end = j.carried_s, 0, 0.0, j.start
             return True
@@ -228,36 +307,58 @@ class Simulator:
     def _boundary(self, engine: int, now: float) -> None:
         """The engine's jump ended: count its tokens, retire finished requests, refill, choose."""
         e = self._engines[engine]
+        self._settle(engine)
+        for i in [i for i in e.running if self.left[i] <= 1e-9 * max(1.0, self.requests[i].output_tokens)]:
+            self.finish_s[i] = now
+            e.running.remove(i)
+            if self.request_listener is not None:
+                self.request_listener.finished(self, i, engine, now)
+        self.placement.refill(self, engine, now)
+        self._choose(engine, now)
+        if e.running:
+            self._start(engine, max(now, e.resume_at))
+
+    def _settle(self, engine: int) -> None:
+        """Count the tokens of the engine's ended (or cut) jump; it has no jump after."""
+        e = self._engines[engine]
         if e.jump is not None and e.jump.count:
             self._account(engine, e.jump)
             for i in e.running:
                 self.left[i] -= e.jump.count
-            for i in [i for i in e.running if self.left[i] <= 1e-9 * max(1.0, self.requests[i].output_tokens)]:
-                self.finish_s[i] = now
-                e.running.remove(i)
         e.jump = None
-        self.placement.refill(self, engine, now)
-        self._choose(e)
-        if e.running:
-            self._start(engine, max(now, e.resume_at))
 
-    def _choose(self, e: _Engine) -> None:
-        """Fill the slots from the waiting queue; a preempting rule first returns the running
-        requests to it, so that the best ``slots`` of both run."""
-        was_running = e.running if self.preemption.preempts else []
-        if self.preemption.preempts:
-            for i in e.running:
-                heapq.heappush(e.waiting, (self.order.key(self.requests[i], self.left[i]), i))
-            e.running = []
+    def _choose(self, engine: int, now: float) -> None:
+        """Fill the slots from the waiting queue in its order; then, with a preempting rule,
+        while the best waiting request ranks strictly above the worst running one (the first
+        admitted among equals), it takes that one's slot."""
+        e = self._engines[engine]
+        started = []
         while e.waiting and len(e.running) < e.slots:
-            e.running.append(heapq.heappop(e.waiting)[1])
-        if self.preemption.recompute:  # only the requests that lost their slot lose their KV
-            self._prefilled.difference_update(set(was_running) - set(e.running))
+            started.append(heapq.heappop(e.waiting)[1])
+            e.running.append(started[-1])
+        self._displacing = set()
+        while self.preemption.preempts and e.waiting and e.running:
+            worst = max(e.running, key=lambda i: self.order.key(self.requests[i], self.left[i]))
+            key = self.order.key(self.requests[worst], self.left[worst])
+            if e.waiting[0][0] >= key:
+                break
+            e.running.remove(worst)
+            heapq.heappush(e.waiting, (key, worst))
+            if self.preemption.recompute:  # only the requests that lose their slot lose their KV
+                self._prefilled.discard(worst)
+            if self.request_listener is not None:
+                self.request_listener.preempted(self, worst, engine, now)
+            started.append(heapq.heappop(e.waiting)[1])
+            e.running.append(started[-1])
+            self._displacing.add(started[-1])
+        if self.request_listener is not None:
+            for i in started:
+                self.request_listener.started(self, i, engine, now)
 
     def _start(self, engine: int, start: float) -> None:
         e = self._engines[engine]
         new = [i for i in e.running if i not in self._prefilled]
-        prefill = sum(self.requests[i].prompt_tokens + self.requests[i].output_tokens - self.left[i] for i in new)
+        prefill = sum(self.prefill.tokens(self, i, engine, i in self._displacing) for i in new)
         self._prefilled.update(new)
         stall = e.model.iteration_s(0, prefill) - e.model.iteration_s(0) + e.carry_s
         each = e.model.iteration_s(len(e.running))

@@ -1,7 +1,9 @@
 """The simulator's swappable policies: which waiting request runs first (queue order), whether
 a running request gives its slot back to a better waiting one (preemption), and which engine a
 request joins and when (placement). Each is a small object, as vLLM's scheduler swaps its
-request queue rather than branching on a policy name."""
+request queue rather than branching on a policy name. The prefill rule (what a request
+prefills when it starts) is one too: an agent loop's prefix cache keeps a trajectory's context
+on its engine between turns."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class ShortestRemaining:
 
 
 class Preemption(Protocol):
-    """Decides at each iteration boundary whether the running set is chosen afresh."""
+    """Decides whether waiting requests may displace running ones at each iteration boundary."""
 
     preempts: bool  # True: running requests compete with waiting ones for the slots
     recompute: bool  # True: a resumed request prefills its prompt and generated tokens again
@@ -52,12 +54,30 @@ class KeepRunning:
 
 @dataclass(frozen=True)
 class ShortestRemainingPreempts:
-    """Every iteration runs the best ``slots`` requests by the queue order; the others wait
-    with their KV kept (``recompute`` False: at no cost) or dropped (re-prefilled on resume).
-    Named for its use: with :class:`ShortestRemaining` it is the SRPT oracle."""
+    """Every iteration runs the best ``slots`` requests by the queue order (a waiting request
+    takes a running one's slot only if it ranks strictly above it); the others wait with their
+    KV kept (``recompute`` False: at no cost) or dropped (re-prefilled on resume). Named for its
+    use: with :class:`ShortestRemaining` it is the SRPT oracle."""
 
     preempts: bool = True
     recompute: bool = False
+
+
+class Prefill(Protocol):
+    """What a request prefills when it starts on an engine (and it has no KV there)."""
+
+    def tokens(self, sim: Simulator, request: int, engine: int, displaced: bool) -> float:
+        """Tokens ``request`` prefills on ``engine``; ``displaced``: it took a running
+        request's slot (a preemption) rather than a free one."""
+        ...
+
+
+class PromptAndMade:
+    """Its prompt and every token it has made (a resumed request recomputes them)."""
+
+    def tokens(self, sim: Simulator, request: int, engine: int, displaced: bool) -> float:
+        r = sim.requests[request]
+        return r.prompt_tokens + r.output_tokens - sim.left[request]
 
 
 class Placement(Protocol):

@@ -66,10 +66,6 @@ class SteppedSimulator(Simulator):
         if self.prompts_prefilled:
             self._prefilled.update(r.id for r in requests)
 
-    def running(self, engine: int) -> int:
-        """How many requests ``engine``'s iteration in flight decodes."""
-        return len(self._engines[engine].running)
-
     def move(self, sources: Sequence[int], destinations: Sequence[int], now: float) -> None:
         """Abort every request on ``sources`` (they take no more work) and resubmit them onto
         ``destinations`` in turn, behind what waits there. Those that fit a destination's free
@@ -97,7 +93,7 @@ class SteppedSimulator(Simulator):
 
     def _receive(self, engine: int, stall_s: float, now: float) -> None:
         e = self._engines[engine]
-        self._choose(e)
+        self._choose(engine, now)
         if engine == self._current or e.jump is None:
             e.carry_s += stall_s  # paid before its next iteration
             if engine != self._current and e.running:
@@ -125,7 +121,7 @@ class SteppedSimulator(Simulator):
             self.listener.finished(self, i, now)
         e.jump = None
         self.placement.refill(self, engine, now)
-        self._choose(e)
+        self._choose(engine, now)
         self._current = engine
         self.listener.boundary(self, engine, now)
         self._current = -1
