@@ -3,7 +3,8 @@ expert-data-parallel 2 (four gloo processes), against Megatron's own MoELayer un
 
 Both layers are wrapped in Megatron's DDP (fp32 gradient buffers, no overlap) and stepped by
 Megatron's optimizer (``get_megatron_optimizer``: Adam, gradient clipping; the distributed
-optimizer with ``DISTRIBUTED_OPTIMIZER=1`` in the environment, else the non-distributed one);
+optimizer with ``DISTRIBUTED_OPTIMIZER=1`` in the environment, else the non-distributed one;
+bf16 weights with fp32 main parameters kept by the optimizer with ``BF16=1``, else fp32);
 ReLibra's spare slots are held out of both (``balanced_ddp``). Three training steps, as Megatron's
 training loop runs them: ``zero_grad_buffer``, ``rebalance_step`` (moves with ``main_grad`` and
 Adam state, step replicas), two micro-batches of forward+backward through DDP,
@@ -36,6 +37,7 @@ from edp_balance_worker import EP, train_step
 # rank 0's new homes hot (0-3 renamed 0 2 5 7), so experts move again, now with Adam state.
 HOT_ON_RANK0_HOMES = np.array([0, 2, 5, 7, 1, 3, 4, 6])
 DISTRIBUTED = os.environ.get("DISTRIBUTED_OPTIMIZER") == "1"
+DTYPE = torch.bfloat16 if os.environ.get("BF16") == "1" else torch.float32
 
 
 def megatron_stack(module, config, **ddp_settings):
@@ -45,8 +47,8 @@ def megatron_stack(module, config, **ddp_settings):
 
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, **ddp_settings)
     ddp = DistributedDataParallel(config, ddp_config, module)
-    optimizer_config = OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, bf16=False, fp16=False,
-                                       params_dtype=torch.float32,
+    optimizer_config = OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1.0, bf16=DTYPE == torch.bfloat16,
+                                       fp16=False, params_dtype=DTYPE,
                                        use_distributed_optimizer=ddp_config.use_distributed_optimizer)
     return ddp, get_megatron_optimizer(optimizer_config, [ddp])
 
@@ -105,10 +107,12 @@ def train(rank: int, out: str) -> None:
     from rlweave.adapters.megatron.balanced_moe import _expert_data_parallel_group
     from rlweave.adapters.megatron.cpu import moe_config
 
-    config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, EP)
+    config = moe_config(EXPERTS, TOP_K, HIDDEN, FFN, EP, params_dtype=DTYPE, bf16=DTYPE == torch.bfloat16)
     reference = MoELayer(config, submodules=moe_submodules(EXPERTS))
     ours = layer_spec(num_experts=EXPERTS).submodules.mlp(config=config)
     load_same_weights(reference, ours, torch.Generator().manual_seed(1234))
+    for layer in (reference, ours):  # the micro-batches are made in fp32
+        layer.register_forward_pre_hook(lambda module, args: (args[0].to(DTYPE), *args[1:]))
     ddp = {"reference": megatron_stack(reference, config, use_distributed_optimizer=DISTRIBUTED)}
     hold_out_spare_slots(ours)
     ddp["rlweave"] = megatron_stack(ours, config, use_distributed_optimizer=DISTRIBUTED)
@@ -119,7 +123,7 @@ def train(rank: int, out: str) -> None:
     ours.experts.register_forward_pre_hook(
         lambda module, args: spare_tokens.append(int(args[1][ours.home_slots:].sum())))
     results: dict = {
-        "replica": replica, "steps": [], "distributed": DISTRIBUTED,
+        "replica": replica, "steps": [], "distributed": DISTRIBUTED, "dtype": DTYPE,
         "optimizer_params": {name: sum(len(g["params"]) for g in opt.param_groups) for name, (_, opt) in ddp.items()},
         "spares_outside_ddp": not any(hasattr(p, "main_grad") for p in ours.spare_params()),
     }
