@@ -26,8 +26,9 @@ Limits: with R3's replay mask (the last row of each sequence keeps the router's 
 a micro-batch's routing is not fully known ahead, so the layers plan in their forward from the
 actual routing (same decision, one gather per layer on the critical path). The step tier reads
 the micro-batches before verl splits them over ranks, so it needs tensor and context
-parallelism 1; it passes verl's optimizer, which the layer refuses once experts move if it is
-Megatron's distributed optimizer (see the limits in ``balanced_moe``).
+parallelism 1; it passes verl's optimizer, whose state moves with the experts (Megatron's
+distributed optimizer included: its shards move through its own accessors, see
+``sharded_expert_state``; the limits are in ``balanced_moe``).
 """
 
 from __future__ import annotations
