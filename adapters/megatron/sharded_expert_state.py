@@ -57,9 +57,11 @@ class ShardedExpertState:
             _check_settings(holder)
         self.whole = {p: torch.zeros(len(MOVED), p.numel(), dtype=torch.float32, device=p.device) for p in params}
         for p in params:
-            for key, piece in self._owned(p).items():
+            _, owned = self._states(p)
+            if owned:
                 start, end = self._range(p)
-                self.whole[p][MOVED.index(key), start:end] = piece
+                for key, piece in owned.items():
+                    self.whole[p][MOVED.index(key), start:end] = piece.reshape(-1)
         for holder in {id(h): h for h in self.holder.values()}.values():
             mine = [p for p in params if self.holder[p] is holder]
             flat = torch.cat([self.whole[p].reshape(-1) for p in mine])
@@ -81,14 +83,15 @@ class ShardedExpertState:
         owned = self.holder[p]._get_model_param_range_map(p)["param"]
         return owned.start, owned.end
 
-    def _owned(self, p: torch.nn.Parameter) -> dict[str, torch.Tensor]:
-        """This rank's range of ``p``'s main parameter and moments ({} where it owns none);
-        fails on a layout other than the one handled (module doc)."""
+    def _states(self, p: torch.nn.Parameter) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The optimizer's state of this rank's range of ``p`` (all of it, as it is written back)
+        and, of that, the pieces that move (both empty where it owns none); fails on a layout
+        other than the one handled (module doc)."""
         holder = self.holder[p]
         if p not in holder.model_param_group_index_map:
-            return {}
+            return {}, {}
         start, end = self._range(p)
-        tensors = holder._get_main_param_and_optimizer_states(p)
+        tensors = dict(holder._get_main_param_and_optimizer_states(p))
         pieces = {k: v for k, v in tensors.items() if torch.is_tensor(v) and v.dim() > 0}
         if "param" not in pieces or not set(pieces) <= set(MOVED) or any(
                 v.numel() != end - start for v in pieces.values()):
@@ -97,7 +100,7 @@ class ShardedExpertState:
                 f"{ {k: tuple(v.shape) for k, v in pieces.items()} } for a parameter shard of {end - start} "
                 f"elements; moves handle {MOVED} over the shard only (Adam, not precision-aware): use that "
                 f"optimizer or use_distributed_optimizer=False")
-        return {k: v.reshape(-1) for k, v in pieces.items()}
+        return tensors, pieces
 
     def tensors(self, p: torch.nn.Parameter) -> list[torch.Tensor]:
         """What travels with ``p``: its whole main parameter and moments (views, written in place)."""
@@ -107,11 +110,10 @@ class ShardedExpertState:
     def keep_owned(self, params: list[torch.nn.Parameter]) -> None:
         """After the transfer: hand each rank's range of the targets' whole state to the optimizer."""
         for p in params:
-            holder = self.holder[p]
-            if p not in holder.model_param_group_index_map:
+            tensors, pieces = self._states(p)
+            if not pieces:
                 continue
             start, end = self._range(p)
-            tensors = dict(holder._get_main_param_and_optimizer_states(p))
-            for key in self._owned(p):
-                tensors[key] = self.whole[p][MOVED.index(key), start:end].view_as(tensors[key])
-            holder._set_main_param_and_optimizer_states(p, tensors)
+            for key, piece in pieces.items():
+                tensors[key] = self.whole[p][MOVED.index(key), start:end].view_as(piece)
+            self.holder[p]._set_main_param_and_optimizer_states(p, tensors)
