@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ranks import start_ranks
+
 EXPERTS, TOP_K, HIDDEN, FFN = 8, 2, 32, 64
 MICRO_BATCHES, TOKENS = 2, 384  # tokens per micro-batch, whole EP group
 
@@ -187,4 +189,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

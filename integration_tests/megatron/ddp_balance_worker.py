@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from balance_worker import EXPERTS, FFN, HIDDEN, TOP_K, load_same_weights
 from edp_balance_worker import EP, train_step
+from ranks import start_ranks
 
 # Step 0 moves EP rank 0's hot experts 0-3 apart, to the homes [0 2 5 7 | 1 3 4 6]; step 2 makes
 # rank 0's new homes hot (0-3 renamed 0 2 5 7), so experts move again, now with Adam state.
@@ -89,7 +90,7 @@ def refusals(config) -> list[str]:
 
 
 def run(rank: int, world_size: int, out: str, port: int) -> None:
-    from rlweave.adapters.megatron.cpu import ddp_without_cuda, init_expert_parallel, moe_config
+    from rlweave.adapters.megatron.cpu import ddp_without_cuda, init_expert_parallel
 
     init_expert_parallel(rank, world_size, port, ep=EP)
     with ddp_without_cuda():
@@ -159,4 +160,4 @@ def train(rank: int, out: str) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

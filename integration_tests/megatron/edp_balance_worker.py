@@ -32,6 +32,7 @@ from balance_worker import (
     logical_experts,
     skewed_routing,
 )
+from ranks import start_ranks
 
 EP = 2
 SWAP = np.array([2, 3, 0, 1, 4, 5, 6, 7])  # replica 1: the other pair of EP rank 0's block is hot first
@@ -127,4 +128,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

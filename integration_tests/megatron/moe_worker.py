@@ -9,6 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ranks import start_ranks
+
 NUM_EXPERTS, TOP_K, HIDDEN = 8, 2, 64
 
 
@@ -51,4 +53,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

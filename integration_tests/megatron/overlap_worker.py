@@ -16,6 +16,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ranks import start_ranks
+
 SHARD, BATCH, HIDDEN, HEADS = 5, 3, 36, 4  # uneven on purpose: 5-row shards in 2 pieces
 
 
@@ -178,4 +180,4 @@ def run(rank: int, world: int, out: str, port: int, mode: str) -> None:
 
 if __name__ == "__main__":
     world, out, port, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    torch.multiprocessing.spawn(run, args=(world, out, port, mode), nprocs=world)
+    start_ranks(run, world, out, port, mode)

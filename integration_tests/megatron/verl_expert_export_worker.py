@@ -31,6 +31,7 @@ import torch.distributed as dist
 from rlweave.adapters.megatron.cpu import ddp_without_cuda
 from rlweave.patches.verl_megatron_layer_spec import export_logical_weights
 from verl_layer_spec_worker import build_with_bridge, start_rank
+from ranks import start_ranks
 
 TOKENS = 24
 
@@ -156,4 +157,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from rlweave.adapters.megatron.cpu import alltoall_without_cuda_streams, ddp_without_cuda, init_expert_parallel
 from rlweave.patches.verl_megatron_layer_spec import mbridge_model_type_compat
+from ranks import start_ranks
 
 # verl's CPU overrides for the vanilla-mbridge path (no TE, apex or fused kernels; fp32 so that
 # upstream's and rlweave's models compare within fp32 tolerance; no dropout).
@@ -174,4 +175,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)

@@ -36,6 +36,7 @@ from balance_worker import (
     local_slice,
     skewed_routing,
 )
+from ranks import start_ranks
 
 LAYERS = 2
 
@@ -181,4 +182,4 @@ def run(rank: int, world_size: int, out: str, port: int) -> None:
 
 if __name__ == "__main__":
     world_size, out, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    torch.multiprocessing.spawn(run, args=(world_size, out, port), nprocs=world_size)
+    start_ranks(run, world_size, out, port)
