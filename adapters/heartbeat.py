@@ -13,9 +13,10 @@ start and end (a GPU adapter records CUDA events instead and reports them when t
 
 Every datagram, both ways, is sealed with the job's key (:mod:`.heartbeat_channel`): the
 receiver drops and counts whatever is unsigned, forged, replayed, stale or another job's, and a
-sender reads an answer only from the monitor's address, sealed for it. The monitor answers a
-beat only in a job that enabled the chaos tool (its ``slow`` factor); the sender's thread sleeps
-on its socket, so it reads such an answer as it arrives.
+sender reads an answer only from the monitor's address, sealed for it, and hands it to its
+``answer_listeners``. A production job has none and its monitor answers no beat: only a
+monitor extension answers (a test's chaos tool, whose worker side listens); the sender's thread
+sleeps on its socket, so it reads such an answer as it arrives.
 
 What monitoring costs is measured where it is spent: each sender adds up the CPU time of its
 sends and reads, in any thread, and reports the total in every beat (``cpu_s``).
@@ -73,7 +74,9 @@ class HeartbeatSender:
         self.current = ""  # the section in progress
         self.section_start = 0.0
         self.collective = ""
-        self.slow_factor = 1.0
+        # Who reads the monitor's answers to this process's beats, each answer's body once, on the
+        # sender's thread (a monitor extension's worker side; none in a production job).
+        self.answer_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.cpu_s = 0.0  # this sender's own CPU seconds (its sends and reads, in any thread)
         self.actor = ""  # the Ray actor's name, where the process is one (a remote kill goes through it)
         # Reads the process's progress through its collectives (``"collectives#42"``) at each beat.
@@ -136,12 +139,6 @@ class HeartbeatSender:
             self._counters[key] = self._counters.get(key, 0) + n
         if beat:
             self.beat_now()
-
-    def slow_down(self, duration_s: float) -> None:
-        """The chaos tool's ``slow``: stretch a section that took ``duration_s`` by the factor
-        the monitor set (a no-op unless a fault asked for it)."""
-        if self.slow_factor > 1.0:
-            time.sleep((self.slow_factor - 1.0) * duration_s)
 
     def set_step(self, step: int) -> None:
         """A new step begins (the controller's): beat at once, so that the monitor's notion of
@@ -218,7 +215,8 @@ class HeartbeatSender:
                 if opened.sender != MONITOR:
                     raise Rejected("not_for_us")
                 self._replies.check(opened, time.time())
-                self.slow_factor = float(opened.body.get("slow", self.slow_factor))
+                for listener in self.answer_listeners:
+                    listener(opened.body)
             except (Rejected, ValueError, TypeError):
                 self.dropped += 1
 

@@ -3,7 +3,9 @@
 :class:`FaultInjector` (the monitor's ``monitor_extension``), which fires the faults of
 ``RLWEAVE_CHAOS_FAULTS`` (:mod:`rlweave.chaos`'s grammar) at the step and section each names and
 answers ``rlweave chaos inject|status`` (:mod:`rlweave.adapters.verl.chaos`) over the job's
-channel.
+channel; and each trainer rank a :class:`SlowSections` (its ``worker_extension``), which runs
+the rank's timed sections as many times slower as the monitor's answers to its beats say: the
+``slow`` fault, all of it here, so that no production code path knows it.
 
 Every process of the job registers it (its environment is inherited), so importing it must not
 import the verl adapter: that adapter builds the host whose plugin manager is importing this.
@@ -23,7 +25,7 @@ from rlweave.hookspecs import hookimpl
 from rlweave.types import FaultSpec, WorkerIncident
 
 if TYPE_CHECKING:
-    from rlweave.adapters.heartbeat import Received
+    from rlweave.adapters.heartbeat import HeartbeatSender, Received
     from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor
     from rlweave.config import RlweaveConfig
 
@@ -60,6 +62,27 @@ def rlweave_configure(config: RlweaveConfig) -> None:
 def monitor_extension(monitor: ResilienceMonitor) -> FaultInjector:
     """What the monitor of a job with this plugin registered extends itself with."""
     return FaultInjector(monitor, job_faults(os.environ.get(FAULTS_ENV, "")))
+
+
+def worker_extension(sender: HeartbeatSender) -> SlowSections:
+    """What a trainer rank of a job with this plugin registered holds its timed sections with."""
+    return SlowSections(sender)
+
+
+class SlowSections:
+    """The ``slow`` fault in a worker: the factor the monitor's :class:`FaultInjector` sends in
+    its answers to the worker's beats (1 until a fault names the worker), and how long a section
+    that took ``duration_s`` is then held open, so that it takes ``factor`` times as long."""
+
+    def __init__(self, sender: HeartbeatSender) -> None:
+        self.factor = 1.0
+        sender.answer_listeners.append(self.on_answer)
+
+    def on_answer(self, answer: dict[str, Any]) -> None:
+        self.factor = float(answer.get("slow", self.factor))
+
+    def hold_s(self, section: str, duration_s: float) -> float:
+        return (self.factor - 1.0) * duration_s
 
 
 class FaultInjector:

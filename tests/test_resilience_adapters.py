@@ -47,11 +47,13 @@ def test_a_sender_beats_its_sections_and_takes_the_monitors_instructions():
         [done] = message["finished"]
         assert (message["worker"], done["section"], done["step"]) == ("trainer:1", "update_actor", 3)
         assert done["duration_s"] > 0 and message["pid"] > 0
+        answers: list[dict] = []
+        sender.answer_listeners.append(answers.append)
         receiver.reply(got, {"slow": 3.0})
         deadline = time.monotonic() + 5
-        while sender.slow_factor != 3.0 and time.monotonic() < deadline:
+        while not answers and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert sender.slow_factor == 3.0
+        assert [a["slow"] for a in answers] == [3.0]
         with sender.activity("generate"), sender.activity("generate"):
             receive_until(receiver, lambda m: m["section"] == "generate")
         sender.count("requests_resubmitted", 2)  # beats at once
@@ -90,12 +92,35 @@ def test_an_instruction_reaches_a_sender_between_its_beats():
     still the only one sent (order and counts, not a wall-clock bound)."""
     receiver, sender = pair("trainer:0", 60.0)
     try:
+        answers: list[dict] = []
+        sender.answer_listeners.append(answers.append)
         got = receive_until(receiver, lambda m: m["worker"] == "trainer:0")
         receiver.reply(got, {"slow": 2.0})
         deadline = time.monotonic() + 30
-        while sender.slow_factor != 2.0 and time.monotonic() < deadline:
+        while not answers and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert sender.slow_factor == 2.0 and sender.seq == 1
+        assert [a["slow"] for a in answers] == [2.0] and sender.seq == 1
+    finally:
+        sender.stop()
+        receiver.close()
+
+
+def test_the_slow_fault_lives_in_the_chaos_tool_and_holds_a_rank_s_sections():
+    """The ``slow`` fault's worker side is the chaos tool's (a production sender has no notion of
+    it): the factor the monitor answers with holds each timed section open so that it takes that
+    many times as long; before any answer, and in a job without the tool, nothing is held."""
+    from rlweave.benchmarks.resilience_chaos import worker_extension
+
+    receiver, sender = pair("trainer:1", 0.05)
+    try:
+        slow = worker_extension(sender)
+        assert slow.hold_s("update_actor", 0.4) == 0.0
+        got = receive_until(receiver, lambda m: True)
+        receiver.reply(got, {"slow": 3.0})
+        deadline = time.monotonic() + 5
+        while slow.factor != 3.0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slow.hold_s("update_actor", 0.4) == pytest.approx(0.8)
     finally:
         sender.stop()
         receiver.close()

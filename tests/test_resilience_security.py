@@ -27,7 +27,7 @@ from rlweave.adapters.heartbeat_channel import Channel
 
 pytest.importorskip("ray", reason="the monitor is the verl adapter's (ray in the core environment)")
 
-from rlweave.benchmarks.resilience_chaos import FaultInjector  # noqa: E402
+from rlweave.benchmarks.resilience_chaos import FaultInjector, worker_extension  # noqa: E402
 from rlweave.adapters.verl.resilience_monitor import ResilienceMonitor  # noqa: E402
 from rlweave.adapters.verl.resilience_recovery import IncidentDesk, RecoveryExecutor  # noqa: E402
 
@@ -220,6 +220,7 @@ def test_a_sender_takes_instructions_only_from_its_monitors_address_sealed_for_i
     """A third address, even with the key and the monitor's id, cannot slow a worker down; nor
     can an answer sealed for another sender, nor one replayed."""
     monitor, sender = chaos_job
+    slow = worker_extension(sender)  # the chaos tool's worker side, which reads the answers
     as_monitor = Channel("job-a", bytes.fromhex(monitor.channel.key_hex()), hc.MONITOR)
     third = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     third.bind((LOOPBACK, 0))
@@ -227,16 +228,16 @@ def test_a_sender_takes_instructions_only_from_its_monitors_address_sealed_for_i
     third.sendto(as_monitor.seal({"slow": 50.0}, to=sender.channel.name), target)
     third.sendto(json.dumps({"slow": 50.0}).encode(), target)
     wait_for(lambda: sender.dropped >= 2)
-    assert sender.slow_factor == 1.0
+    assert slow.factor == 1.0
     # From the monitor's own socket: one for another sender is dropped, one for this one taken once.
     monitor.receiver._sock.sendto(monitor.channel.seal({"slow": 50.0}, to="someone-else"), target)
     sealed = monitor.channel.seal({"slow": 2.0}, to=sender.channel.name)
     monitor.receiver._sock.sendto(sealed, target)
-    wait_for(lambda: sender.slow_factor == 2.0)
-    sender.slow_factor = 1.0
+    wait_for(lambda: slow.factor == 2.0)
+    slow.factor = 1.0
     monitor.receiver._sock.sendto(sealed, target)  # replayed
     wait_for(lambda: sender.dropped >= 4)
-    assert sender.slow_factor == 1.0
+    assert slow.factor == 1.0
     third.close()
     unharmed(monitor)
 

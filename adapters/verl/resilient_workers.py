@@ -4,7 +4,8 @@ resubmits a dead replica's requests is :mod:`.resuming_client`'s, with ``wait_s`
 - :class:`ResilientActorRolloutRefWorker`: verl's hybrid worker (a trainer rank), each of whose
   entry points (``update_actor``, ``compute_log_prob``, ``update_weights``, checkpoint save and
   load) runs as a heartbeat section, timed by a monotonic clock without synchronising anything;
-  the chaos tool's ``slow`` fault stretches these sections. One registered method more:
+  a registered plugin's ``worker_extension`` may hold a section open (a test's chaos tool: its
+  ``slow`` fault; none in a production job). One registered method more:
   forget the rollout server handle after the replica was replaced.
 - :class:`ResilientTrainingWorker`: verl's critic worker, timed the same way.
 - Both snapshot their model into host memory (:mod:`.host_snapshot`) at the end of an update
@@ -21,7 +22,7 @@ import inspect
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from verl.single_controller.base.decorator import Dispatch, register
@@ -29,6 +30,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from rlweave.adapters import heartbeat
 from rlweave.adapters.verl.host_snapshot import HostSnapshots
+from rlweave.host import get_host
 
 ACTOR_SECTIONS = ("compute_log_prob", "compute_ref_log_prob", "update_actor", "update_weights",
                   "save_checkpoint", "load_checkpoint")
@@ -48,15 +50,37 @@ def collectives_issued() -> str:
     return f"collectives#{sum(g._get_sequence_number_for_group() for g in groups)}"
 
 
+class SectionExtension(Protocol):
+    """A registered plugin's side in this worker's timed sections, made by its
+    ``worker_extension(sender)``: a test's chaos tool, whose ``slow`` fault keeps a section open
+    longer. A production job registers none, and a section then runs as it is."""
+
+    def hold_s(self, section: str, duration_s: float) -> float:
+        """Seconds to keep ``section`` open after it took ``duration_s``."""
+        ...
+
+
+@functools.cache
+def _section_extensions() -> tuple[SectionExtension, ...]:
+    sender = heartbeat.current()
+    plugins = get_host().pm.get_plugins()
+    return tuple(p.worker_extension(sender) for p in plugins if callable(getattr(p, "worker_extension", None)))
+
+
+def _hold_s(section: str, duration_s: float) -> float:
+    return max((e.hold_s(section, duration_s) for e in _section_extensions()), default=0.0)
+
+
 def _sender() -> heartbeat.HeartbeatSender | None:
     sender = heartbeat.current()
     if sender is not None and sender.collective_probe is None:
         sender.collective_probe = collectives_issued
+        _section_extensions()  # made with the first section, so they hear every answer after it
     return sender
 
 
 def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``method`` run as heartbeat section ``name`` (and stretched by a ``slow`` fault)."""
+    """``method`` run as heartbeat section ``name`` (held open as a registered extension asks)."""
 
     if inspect.iscoroutinefunction(method):
         @functools.wraps(method)
@@ -67,7 +91,9 @@ def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
             with sender.section(name):
                 start = time.monotonic()
                 result = await method(*args, **kwargs)
-                await asyncio.sleep((sender.slow_factor - 1.0) * (time.monotonic() - start))
+                hold = _hold_s(name, time.monotonic() - start)
+                if hold > 0:
+                    await asyncio.sleep(hold)
             return result
 
         return run_async
@@ -80,7 +106,9 @@ def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
         with sender.section(name):
             start = time.monotonic()
             result = method(*args, **kwargs)
-            sender.slow_down(time.monotonic() - start)
+            hold = _hold_s(name, time.monotonic() - start)
+            if hold > 0:
+                time.sleep(hold)
         return result
 
     return run
