@@ -77,3 +77,63 @@ def test_every_hook_is_prefixed_and_documented():
     for name in names:
         spec = getattr(pm.hook, name).spec
         assert spec.function.__doc__, f"{name} has no docstring"
+
+
+def _plugins_host(monkeypatch, *functions):  # noqa: ANN001, ANN202
+    """A host with each of ``functions`` registered as its own plugin module, in order."""
+    names = []
+    for i, function in enumerate(functions):
+        module = types.ModuleType(f"hot_plugin_{i}")
+        setattr(module, function.__name__, function)
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        names.append(module.__name__)
+    monkeypatch.setenv("RLWEAVE_PLUGIN_MODULES", ",".join(names))
+    return activate()
+
+
+def test_hot_caller_calls_plain_implementations_as_pluggy_would(monkeypatch):
+    seen = []
+
+    @hookimpl
+    def rlweave_schedule(waiting, running, engine):  # noqa: ANN001, ANN202
+        seen.append(("first registered", waiting, running, engine))
+        return "first registered's decision"
+
+    def second(running):  # names one of the three arguments  # noqa: ANN001, ANN202
+        seen.append(("second registered", running))
+        return None  # passes: the next implementation decides
+
+    second.__name__ = "rlweave_schedule"
+    host = _plugins_host(monkeypatch, rlweave_schedule, hookimpl(second))
+    expected = host.hook.rlweave_schedule(waiting="w", running="r", engine="e")
+    pluggy_calls, seen[:] = list(seen), []
+    assert host.hot_caller("rlweave_schedule")("w", "r", "e") == expected == "first registered's decision"
+    assert seen == pluggy_calls == [("second registered", "r"), ("first registered", "w", "r", "e")]
+
+
+def test_hot_caller_of_a_hook_whose_results_nobody_reads_returns_none(monkeypatch):
+    steps = []
+
+    @hookimpl
+    def rlweave_engine_step(step):  # noqa: ANN001, ANN202
+        steps.append(step)
+        return "ignored"
+
+    host = _plugins_host(monkeypatch, rlweave_engine_step)
+    assert host.hot_caller("rlweave_engine_step")("a step") is None and steps == ["a step"]
+    assert host.hot_caller("rlweave_request_arrived")("nobody listens") is None
+
+
+def test_hot_caller_keeps_pluggys_call_where_a_wrapper_listens(monkeypatch):
+    order = []
+
+    @hookimpl(wrapper=True)
+    def rlweave_schedule(waiting, running, engine):  # noqa: ANN001, ANN202
+        order.append("wrapper before")
+        decision = yield
+        order.append("wrapper after")
+        return f"wrapped {decision}"
+
+    host = _plugins_host(monkeypatch, rlweave_schedule)
+    assert host.hot_caller("rlweave_schedule")("w", "r", "e") == "wrapped None"
+    assert order == ["wrapper before", "wrapper after"]

@@ -63,8 +63,7 @@ def scheduler_shape() -> SchedulerShape:
 
 
 def request_view(request: Request, recomputed: int = 0) -> RequestView:
-    # Positional: built for every running request every iteration, and a frozen dataclass's
-    # keyword call costs half as much again.
+    # Positional: built for every running request every iteration.
     return RequestView(request.request_id, request.arrival_time, request.num_prompt_tokens,
                        request.num_output_tokens, request.max_tokens, request.priority,
                        request.num_preemptions, request.num_computed_tokens, recomputed)
@@ -138,9 +137,11 @@ class RlweaveSchedulerMixin:
         self._rlweave = get_host()
         self._rlweave_shape = scheduler_shape()
         self._rlweave_keep_kv: Request | None = None  # the request _park is preempting
-        # The per-iteration hooks, looked up once (pluggy keeps a caller across registrations).
-        self._rlweave_schedule = self._rlweave.hook.rlweave_schedule
-        self._rlweave_engine_step = self._rlweave.hook.rlweave_engine_step
+        # The per-iteration and per-request hooks, made once (positional: Host.hot_caller).
+        self._rlweave_schedule = self._rlweave.hot_caller("rlweave_schedule")
+        self._rlweave_engine_step = self._rlweave.hot_caller("rlweave_engine_step")
+        self._rlweave_arrived = self._rlweave.hot_caller("rlweave_request_arrived")
+        self._rlweave_finished = self._rlweave.hot_caller("rlweave_request_finished")
         self._rlweave_decides = self._rlweave.implements("rlweave_schedule")
         # Who listens to arrivals and finishes: with tracing alone no view is built for arrivals.
         self._rlweave_arrivals = self._rlweave.implements("rlweave_request_arrived")
@@ -199,7 +200,7 @@ class RlweaveSchedulerMixin:
     def add_request(self, request: Request) -> None:
         super().add_request(request)
         if self._rlweave_arrivals:
-            self._rlweave.hook.rlweave_request_arrived(request=self._waiting_view(request))
+            self._rlweave_arrived(self._waiting_view(request))
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         started, tick = time.time(), time.perf_counter()
@@ -208,9 +209,9 @@ class RlweaveSchedulerMixin:
         if self._rlweave_decides and self.waiting:
             redone = self._rlweave_recomputed  # self._view, inlined: once per running request
             decision = self._rlweave_schedule(
-                waiting=_WaitingViews(self),
-                running=[request_view(r, redone.get(r.request_id, 0)) for r in self.running],
-                engine=self._rlweave_engine,
+                _WaitingViews(self),
+                [request_view(r, redone.get(r.request_id, 0)) for r in self.running],
+                self._rlweave_engine,
             )
             if decision is not None:
                 decided = True
@@ -229,7 +230,7 @@ class RlweaveSchedulerMixin:
             # vLLM 0.24 lists only the preemptions made inside schedule(); the model runner must
             # learn of rlweave's too before they resume (as new request data under runner V2).
             output.preempted_req_ids = set(output.preempted_req_ids or ()) | {r.request_id for r in held}
-        recomputed = self._note_resumed(output.num_scheduled_tokens)
+        recomputed = self._note_resumed(output.num_scheduled_tokens) if self._rlweave_resume else 0
         if output.total_num_scheduled_tokens:
             overhead += time.perf_counter() - tick
             self._rlweave_started[id(output)] = (started, overhead, self._rlweave_observed_s,
@@ -243,9 +244,8 @@ class RlweaveSchedulerMixin:
         if started is not None:
             tick = time.perf_counter()
             start_s, overhead_s, observed_s, recomputed, decided = started
-            # Positional, in EngineStep's field order: built every iteration, and a frozen
-            # dataclass's keyword call costs half as much again.
-            self._rlweave_engine_step(step=EngineStep(
+            # Positional, in EngineStep's field order: built every iteration.
+            self._rlweave_engine_step(EngineStep(
                 self._rlweave_engine.instance_id, len(self.running), len(self.waiting),
                 scheduler_output.total_num_scheduled_tokens, start_s, time.time(),
                 tuple(scheduler_output.num_scheduled_tokens), overhead_s, recomputed,
@@ -373,8 +373,6 @@ class RlweaveSchedulerMixin:
         had computed when preempted minus what they resumed with (their kept KV, or prefix
         cache hits)."""
         recomputed = 0
-        if not self._rlweave_resume:
-            return 0
         for rid, scheduled in num_scheduled_tokens.items():
             had = self._rlweave_resume.pop(rid, None)
             if had is None:
@@ -403,7 +401,7 @@ class RlweaveSchedulerMixin:
         # vLLM frees every request that leaves (stopped, length-capped, aborted) here, once.
         rid = request.request_id
         if self._rlweave_finishes:
-            self._rlweave.hook.rlweave_request_finished(request=self._view(request))
+            self._rlweave_finished(self._view(request))
         self._rlweave_parked.discard(rid)
         for cache in (self._rlweave_views, self._rlweave_resume, self._rlweave_recomputed):
             cache.pop(rid, None)
