@@ -256,6 +256,8 @@ def paired_engine_rounds(args: argparse.Namespace, folder: Path) -> dict[str, An
                     calls[arm].append(engines.generate(arm) | {"set": engine_set, "round": r})
         finally:
             engines.close()
+        # Kept as they come: a run of many sets that stops later still leaves its rounds.
+        (folder / "paired-calls.json").write_text(json.dumps(calls))
     return {"calls": calls, "schedulers": schedulers}
 
 
@@ -298,7 +300,7 @@ def run(args: argparse.Namespace) -> BenchResult:
     finished_us = sample_finished_us(args.decisions)
     folder = Path(args.out) / "overhead-engines"  # the engines' logs and traces
     folder.mkdir(parents=True, exist_ok=True)
-    paired = paired_engine_rounds(args, folder)
+    # The short in-engine part first: a break there shows in seconds, not after the paired rounds.
     with tempfile.TemporaryDirectory() as tmp:
         engine = EngineProcess("rlweave", {"max_num_seqs": 4, "workload": synthetic_workload(8, 0),
                                            "authkey": secrets.token_hex(16)}, Path(tmp))
@@ -307,6 +309,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         finally:
             engine.close()
         in_engine = iteration_costs({"bursts": bursts, "steps": engine.logs()[1]})
+    paired = paired_engine_rounds(args, folder)
     calls = paired["calls"]
     summary = paired_summary(calls)
     stats, fastest, sets, identical = (summary[k] for k in ("stats", "fastest", "per_set_medians", "tokens_identical"))

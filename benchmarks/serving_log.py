@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict
 
 from rlweave.hookspecs import hookimpl
 from rlweave.types import EngineStep, RequestView
@@ -23,7 +22,7 @@ _own_s = 0.0  # this observer's time in the last call, which the next step's ove
 @hookimpl
 def rlweave_request_finished(request: RequestView) -> None:
     with open(os.environ["RLWEAVE_SERVING_LOG"], "a") as f:
-        f.write(json.dumps(asdict(request)) + "\n")
+        f.write(json.dumps(request._asdict()) + "\n")
 
 
 @hookimpl
