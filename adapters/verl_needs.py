@@ -61,10 +61,10 @@ VERL_SETTINGS: dict[Need, tuple[VerlSetting, ...]] = {
     Need.RLWEAVE_LAYERS: (
         VerlSetting("rlweave.{plugin}.enable", ("false",), "false",
                     "verl 0.9's Megatron engine cannot run it yet: rlweave's patch makes its mbridge build use "
-                    "ReLibra's MoE layer, but the spare expert slots are not yet kept out of verl's distributed "
-                    "optimizer (its default) and Megatron-Bridge's weight sync names experts by position; its "
-                    "TransformerEngine spec has no ColumnParallelLinear or RowParallelLinear for overlap's "
-                    "linears to replace. Both run in Megatron models built with "
+                    "ReLibra's MoE layer under its DDP and distributed optimizer, but Megatron-Bridge's weight "
+                    "sync (verl's default bridge) names experts by position and no verl job has trained it end "
+                    "to end; its TransformerEngine spec has no ColumnParallelLinear or RowParallelLinear for "
+                    "overlap's linears to replace. Both run in Megatron models built with "
                     "rlweave.adapters.megatron.layer_spec (docs/replay_balance.md, docs/overlap.md)"),
     ),
 }

@@ -135,7 +135,8 @@ PATCHES: tuple[Patch, ...] = (
         versions=SpecifierSet(">=0.9.0,<0.10"),
         target="verl.utils.megatron_utils.make_megatron_module",
         why="verl's Megatron engine builds its model from the bridge's layer spec and takes no other "
-            "(rlweave's ReLibra MoE layer and overlapped linears go in there)",
+            "(rlweave's ReLibra MoE layer and overlapped linears go in there), and lets no plugin keep "
+            "parameters out of its DDP and optimizer (ReLibra's replica slots)",
         groups=(RLWEAVE_LAYERS,),
     ),
     Patch(

@@ -38,10 +38,15 @@ REFUSED_DDP_SETTINGS = {
 }
 
 
-def refusal(setting: str) -> str:
-    """The one message for a DDP setting the layer cannot run under."""
+MEGATRON_FIX = "set {setting}=False in DistributedDataParallelConfig"
+
+
+def refusal(setting: str, fix: str = MEGATRON_FIX) -> str:
+    """The one message for a DDP setting the layer cannot run under; ``fix`` names where the
+    user sets it (``{setting}`` filled in): a framework that builds DDP from its own config
+    (verl) names its key."""
     return (f"rlweave.replay_balance does not support Megatron DDP's {setting}=True ({REFUSED_DDP_SETTINGS[setting]}): "
-            f"set {setting}=False in DistributedDataParallelConfig")
+            + fix.format(setting=setting))
 
 
 def hold_out_spare_slots(model: torch.nn.Module) -> None:
@@ -53,9 +58,10 @@ def hold_out_spare_slots(model: torch.nn.Module) -> None:
         layer.ddp_state = "held out"
 
 
-def release_spare_slots(ddp_chunks: Iterable[Any]) -> None:
+def release_spare_slots(ddp_chunks: Iterable[Any], fix: str = MEGATRON_FIX) -> None:
     """After DDP and the optimizer are built over ``ddp_chunks`` (Megatron DDP modules): refuse
-    the settings the layer cannot run under, then let the spare slots compute gradients again."""
+    the settings the layer cannot run under (``fix``: see :func:`refusal`), then let the spare
+    slots compute gradients again."""
     for chunk in ddp_chunks:
         ddp_config = getattr(chunk, "ddp_config", None)
         if ddp_config is None:
@@ -63,7 +69,7 @@ def release_spare_slots(ddp_chunks: Iterable[Any]) -> None:
                             f"{type(chunk).__name__}")
         for setting in REFUSED_DDP_SETTINGS:
             if getattr(ddp_config, setting):
-                raise NotImplementedError(refusal(setting))
+                raise NotImplementedError(refusal(setting, fix))
         for layer in balanced_layers(chunk):
             if layer.ddp_state != "held out":
                 raise RuntimeError("release_spare_slots: call hold_out_spare_slots(model) before DDP wraps it")

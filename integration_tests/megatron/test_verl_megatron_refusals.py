@@ -22,7 +22,7 @@ def main_ppo(cwd, *overrides: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("plugin", "why"), [
     ("overlap", "has no ColumnParallelLinear or RowParallelLinear for overlap's linears to replace"),
-    ("replay_balance", "spare expert slots are not yet kept out of verl's distributed optimizer"),
+    ("replay_balance", "Megatron-Bridge's weight sync (verl's default bridge) names experts by position"),
 ])
 def test_a_plugin_verls_megatron_engine_cannot_apply_stops_the_job_before_it_starts(plugin, why, tmp_path):
     proc = main_ppo(tmp_path, f"+rlweave.{plugin}.enable=true", "model_engine=megatron",

@@ -73,8 +73,10 @@ def build(function) -> torch.nn.Module:
     return build_with_bridge(function)[0]
 
 
-def build_with_bridge(function) -> tuple[torch.nn.Module, object]:
-    """:func:`build`'s model and the bridge that built it."""
+def build_with_bridge(function, wrap_config=None, **options) -> tuple[torch.nn.Module, object]:
+    """:func:`build`'s model and the bridge that built it; ``wrap_config`` (verl's
+    ``McoreModuleWrapperConfig``, default: no DDP, as verl's forward-only engines) and
+    ``options`` (``override_ddp_config``, ...) as verl's engine passes them."""
     from verl.utils.megatron_utils import McoreModuleWrapperConfig
 
     bridge = make_bridge()
@@ -83,11 +85,12 @@ def build_with_bridge(function) -> tuple[torch.nn.Module, object]:
         te_stand_in(bridge)
     undo = mbridge_model_type_compat() if upstream else lambda: None  # mbridge 0.15.1 on megatron-core 0.18
     try:
-        model, _ = function(McoreModuleWrapperConfig(wrap_with_ddp=False), bridge.config, bridge.hf_config,
-                            bridge=bridge)
+        model, _ = function(wrap_config or McoreModuleWrapperConfig(wrap_with_ddp=False), bridge.config,
+                            bridge.hf_config, bridge=bridge, **options)
     finally:
         undo()
-    assert "_get_transformer_layer_spec" not in vars(bridge) or not hasattr(function, "__wrapped__")  # restored
+    if not upstream:  # the patch's changes to the bridge for the call are undone
+        assert "_get_transformer_layer_spec" not in vars(bridge) and "get_model" not in vars(bridge)
     return model[0], bridge
 
 
@@ -140,10 +143,11 @@ def compare_with_upstream(rank: int, ours: torch.nn.Module, patched) -> dict:
             "homes": [layer.physical_to_logical.tolist() for layer in balanced]}
 
 
-def start_rank(rank: int, world_size: int, port: int):
-    """This rank of a gloo EP group with the CPU shims, and verl imported: returns verl's
-    ``make_megatron_module`` as rlweave's entry point left it (patched or not)."""
-    init_expert_parallel(rank, world_size, port)
+def start_rank(rank: int, world_size: int, port: int, ep: int | None = None):
+    """This rank of a gloo world of EP groups of ``ep`` ranks (default: one of every rank) with
+    the CPU shims, and verl imported: returns verl's ``make_megatron_module`` as rlweave's entry
+    point left it (patched or not)."""
+    init_expert_parallel(rank, world_size, port, ep=ep)
     alltoall_without_cuda_streams()
     torch.nn.Module.cuda = lambda self, *args, **kwargs: self  # mbridge's get_model moves chunks to the GPU
     from megatron.core import tensor_parallel

@@ -15,7 +15,14 @@ so the module attribute is what it calls); for the duration of the call it puts
   compares against a ``ModelType`` member megatron-core 0.18 removed; it gets a stand-in for
   the call.
 
-Both are restored when the call returns. An mbridge bridge keeps one change past the call: its
+Both are restored when the call returns. A model that mbridge wraps in Megatron's DDP (a
+training engine: ``wrap_config.wrap_with_ddp``) gets ReLibra's spare (replica) slots held out of
+DDP and the optimizer (:mod:`rlweave.adapters.megatron.balanced_ddp`): before DDP wraps it (one
+more ``post_model_creation_callbacks`` entry of ``bridge.get_model`` for the call), and released
+once ``verl.utils.megatron.optimizer.get_megatron_optimizer`` (the engine's ``_build_optimizer``
+imports it when it builds) has built the optimizer over the owners. The DDP settings the layer
+cannot run under are refused there, naming verl's key, before the first step; so is the
+layer-wise (Muon) optimizer. An mbridge bridge keeps one change past the call: its
 ``export_weights`` (verl's per-step weight sync to the rollout engine, ``get_per_tensor_param``)
 and ``load_weights`` (the HF checkpoint at the start) name ``SequentialMLP`` experts by logical
 id (:func:`export_logical_experts`): mbridge maps only grouped experts, by position, and after a
@@ -38,36 +45,112 @@ from rlweave.patches import Revert
 
 def apply() -> Revert:
     try:
+        import verl.utils.megatron.optimizer as optimizers
         import verl.utils.megatron_utils as utils
     except ImportError:  # no megatron-core here, so verl cannot build a Megatron model in this process
         return lambda: None
 
     original = utils.make_megatron_module
+    original_optimizer = optimizers.get_megatron_optimizer
 
     @functools.wraps(original)
     def make_megatron_module(*args: Any, **kwargs: Any) -> Any:
         call = inspect.signature(original).bind(*args, **kwargs)
         bridge, provider = call.arguments.get("bridge"), call.arguments.get("provider")
+        wrap_config = call.arguments["wrap_config"]
         if provider is not None:
-            restore = _wrap_provider_spec(provider)
+            restores = [_wrap_provider_spec(provider)]
         elif bridge is not None:
-            restore = _wrap_mbridge_spec(bridge)
+            restores = [_wrap_mbridge_spec(bridge)]
+            if wrap_config.wrap_with_ddp:
+                restores.append(_hold_out_in_mbridge(bridge, _spare_slots_hold_out(wrap_config)))
         else:  # verl's bridge-less path (its engine asserts a bridge): nothing to wrap
             return original(*args, **kwargs)
         try:
             built = original(*args, **kwargs)
         finally:
-            restore()
+            for restore in reversed(restores):
+                restore()
         if provider is None:
             export_logical_experts(bridge)
         return built
 
+    @functools.wraps(original_optimizer)
+    def get_megatron_optimizer(model: Any, config: Any) -> Any:
+        optimizer = original_optimizer(model, config)
+        release_held_out_slots(model)
+        return optimizer
+
     utils.make_megatron_module = make_megatron_module
+    optimizers.get_megatron_optimizer = get_megatron_optimizer
 
     def revert() -> None:
         utils.make_megatron_module = original
+        optimizers.get_megatron_optimizer = original_optimizer
 
     return revert
+
+
+# verl's key for a Megatron DDP setting (``override_ddp_config``, merged into the DDP config of the
+# actor's or critic's engine), for balanced_ddp's refusals.
+VERL_DDP_FIX = "set actor_rollout_ref.actor.megatron.override_ddp_config.{setting}=False (critic.megatron.… for a critic)"
+
+
+def _spare_slots_hold_out(wrap_config: Any) -> Any:
+    """What runs on each built model chunk before DDP wraps it: ReLibra's spare slots out of
+    DDP's buffers (and so out of the optimizer verl builds next). The layer-wise (Muon)
+    optimizer shards and steps experts in ways the layer's moves do not follow: refused here,
+    before anything is wrapped."""
+    from rlweave.adapters.megatron.balanced_ddp import hold_out_spare_slots
+    from rlweave.adapters.megatron.balanced_moe import balanced_layers
+
+    def hold_out(chunk: Any, **_: Any) -> None:  # mbridge also passes pre_process, post_process, configs
+        if not balanced_layers(chunk):
+            return
+        if wrap_config.use_layer_wise_distributed_optimizer:
+            raise NotImplementedError(
+                "rlweave.replay_balance runs under Megatron's DistributedDataParallel with its Adam optimizer "
+                "(distributed or not); verl's engine asked for use_layer_wise_distributed_optimizer=True (Muon), "
+                "which it does not support yet: set actor_rollout_ref.actor.optim.use_layer_wise_distributed_optimizer"
+                "=False, or disable rlweave.replay_balance")
+        hold_out_spare_slots(chunk)
+
+    return hold_out
+
+
+def _hold_out_in_mbridge(bridge: Any, hold_out: Any) -> Any:
+    """mbridge runs each of ``get_model``'s ``post_model_creation_callbacks`` on each chunk
+    before it wraps DDP; verl builds that list itself, so ``hold_out`` joins it on the bridge
+    instance, for the call. Returns what undoes it."""
+    base = bridge.get_model
+    had_own = "get_model" in vars(bridge)
+
+    def get_model(*args: Any, post_model_creation_callbacks: Any = (), **kwargs: Any) -> Any:
+        return base(*args, post_model_creation_callbacks=[*post_model_creation_callbacks, hold_out], **kwargs)
+
+    bridge.get_model = get_model
+
+    def restore() -> None:
+        if had_own:
+            bridge.get_model = base
+        else:
+            del bridge.get_model
+
+    return restore
+
+
+def release_held_out_slots(model: Any) -> None:
+    """After verl's optimizer is built over ``model`` (its DDP chunks): the spare slots held out
+    at the build compute gradients again, and DDP settings the layer cannot run under are
+    refused, naming verl's key. A model without held-out layers (upstream's, a forward-only
+    one, overlap's) is left alone."""
+    from rlweave.adapters.megatron.balanced_ddp import release_spare_slots
+    from rlweave.adapters.megatron.balanced_moe import balanced_layers
+
+    chunks = model if isinstance(model, list | tuple) else [model]
+    held = [chunk for chunk in chunks if any(layer.ddp_state == "held out" for layer in balanced_layers(chunk))]
+    if held:
+        release_spare_slots(held, VERL_DDP_FIX)
 
 
 def _wrap_provider_spec(provider: Any) -> Any:
