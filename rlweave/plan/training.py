@@ -9,7 +9,7 @@ figures. Both are MODELLED.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rlweave.plan.gpus import DEFAULTS
 from rlweave.plan.prediction import FLOP_STAGES, UPDATE_STAGES, Baseline, PluginPrediction, no_prediction
@@ -33,19 +33,63 @@ def overlap_device(base: Baseline) -> DeviceProfile:
                    memory_bps=ref.memory_bps * gpu.hbm_tbs / h100.hbm_tbs)
 
 
-def _linears(base: Baseline) -> dict[str, tuple[Shape, Shape]]:
-    """(forward, input-gradient) shapes of one TP rank for a layer's four linears; the rows are
-    one sequence of the recorded mean prompt and response (a micro-batch of one)."""
-    h, tp = base.cluster.model.hidden, base.cluster.parallelism.tp
-    m = tp * math.ceil((base.job.mean_prompt_tokens + base.mean_length) / tp)
+def layer_shapes(hidden: int, tp: int, rows: int) -> dict[str, tuple[Shape, Shape]]:
+    """(forward, input-gradient) shapes of one TP rank for a layer's four linears (QKV, out, an
+    MLP of ``FFN`` x hidden), ``rows`` tokens gathered (a multiple of ``tp``)."""
+    h = hidden
     out = {}
     for name, kind, k, n in (("qkv", "column", h, 3 * h), ("proj", "row", h, h),
                              ("fc1", "column", h, FFN * h), ("fc2", "row", FFN * h, h)):
         if kind == "column":
-            out[name] = (Shape("ag_gemm", m, n // tp, k, tp), Shape("gemm_rs", m, k, n // tp, tp))
+            out[name] = (Shape("ag_gemm", rows, n // tp, k, tp), Shape("gemm_rs", rows, k, n // tp, tp))
         else:
-            out[name] = (Shape("gemm_rs", m, n, k // tp, tp), Shape("ag_gemm", m, k // tp, n, tp))
+            out[name] = (Shape("gemm_rs", rows, n, k // tp, tp), Shape("ag_gemm", rows, k // tp, n, tp))
     return out
+
+
+@dataclass(frozen=True)
+class LayerOverlap:
+    """One layer's TP linears on one rank, per direction (forward, input gradient): the unsplit
+    GEMMs' seconds, the collectives' seconds exposed when each runs before or after its GEMM
+    (Megatron's and vLLM's own path), and those left exposed under FLUX's tiles (the own path
+    where the tiles lose, as ``choose`` keeps it). Shared by the plan's overlap row and
+    ``bench plan``'s FLUX model-level rows, so both read one model."""
+
+    gemm: tuple[float, float]
+    exposed: tuple[float, float]
+    left: tuple[float, float]
+    chunks: dict[str, str]
+
+    @property
+    def training_work_s(self) -> float:
+        """A training pass's GEMMs: forward, weight gradient (the forward's again), input gradient."""
+        return 2 * self.gemm[0] + self.gemm[1]
+
+    def forward_speedup(self) -> float:
+        """A forward pass (prefill or decode) with the own path over one with FLUX's tiles."""
+        return (self.gemm[0] + self.exposed[0]) / (self.gemm[0] + self.left[0])
+
+    def training_speedup(self) -> float:
+        """A training pass with the own path over one with FLUX's tiles."""
+        return (self.training_work_s + sum(self.exposed)) / (self.training_work_s + sum(self.left))
+
+    def training_comm_share(self) -> float:
+        """The exposed collectives' share of a training pass on the own path."""
+        return sum(self.exposed) / (self.training_work_s + sum(self.exposed))
+
+
+def layer_overlap(device: DeviceProfile, shapes: dict[str, tuple[Shape, Shape]]) -> LayerOverlap:
+    """Overlap's timeline model (tile backend, its best pieces per rank) on each linear."""
+    gemm, exposed, left = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+    chunks = {}
+    for linear, pair in shapes.items():
+        tile = [best(device, s, "tile", MAX_CHUNKS) for s in pair]
+        for d, p in enumerate(tile):
+            gemm[d] += p.gemm_nonsplit_s
+            exposed[d] += p.sequential_s - p.gemm_nonsplit_s
+            left[d] += min(max(p.time_s, p.gemm_nonsplit_s), p.sequential_s) - p.gemm_nonsplit_s
+        chunks[linear] = "/".join(str(p.chunks_per_rank) for p in tile)
+    return LayerOverlap((gemm[0], gemm[1]), (exposed[0], exposed[1]), (left[0], left[1]), chunks)
 
 
 def predict_overlap(base: Baseline) -> PluginPrediction:
@@ -70,21 +114,16 @@ def predict_overlap(base: Baseline) -> PluginPrediction:
 def overlap_extra_s(base: Baseline) -> tuple[float, float, dict[str, object]]:
     """Seconds the TP collectives add to the training stages (exposed, as verl's default runs
     them; left over, as FLUX's tiles overlap them), and the settings chosen."""
+    tp = base.cluster.parallelism.tp
+    rows = tp * math.ceil((base.job.mean_prompt_tokens + base.mean_length) / tp)  # a micro-batch of one sequence
     device = overlap_device(base)
-    gemm, exposed, left = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]  # forward, input gradient
-    chunks, rows = {}, 0
-    for linear, shapes in _linears(base).items():
-        tile = [best(device, s, "tile", MAX_CHUNKS) for s in shapes]
-        for d, p in enumerate(tile):
-            gemm[d] += p.gemm_nonsplit_s
-            exposed[d] += p.sequential_s - p.gemm_nonsplit_s
-            left[d] += min(max(p.time_s, p.gemm_nonsplit_s), p.sequential_s) - p.gemm_nonsplit_s
-        chunks[linear] = "/".join(str(p.chunks_per_rank) for p in tile)
-        rows = shapes[0].m
-    forward = base.seconds(*(s for s in FLOP_STAGES if s not in UPDATE_STAGES)) / gemm[0]
-    update = base.seconds(*UPDATE_STAGES) / (2 * gemm[0] + gemm[1])  # forward, weight and input gradients
-    settings = {"backend": "tile (FLUX)", "chunks per rank (fwd/bwd)": chunks, "rows": rows, "device": device.name}
-    return forward * exposed[0] + update * sum(exposed), forward * left[0] + update * sum(left), settings
+    layer = layer_overlap(device, layer_shapes(base.cluster.model.hidden, tp, rows))
+    forward = base.seconds(*(s for s in FLOP_STAGES if s not in UPDATE_STAGES)) / layer.gemm[0]
+    update = base.seconds(*UPDATE_STAGES) / layer.training_work_s
+    settings = {"backend": "tile (FLUX)", "chunks per rank (fwd/bwd)": layer.chunks, "rows": rows,
+                "device": device.name}
+    return (forward * layer.exposed[0] + update * sum(layer.exposed),
+            forward * layer.left[0] + update * sum(layer.left), settings)
 
 
 def young_interval_s(save_s: float, mtbf_s: float, step_s: float) -> float:
