@@ -15,36 +15,35 @@ predictor), for which the planner's figure is its non-clairvoyant index: even pl
 by expected remaining turns given those done, learned from the recorded turns. It stands for
 Heddle's predictor, which the planner does not run: it knows the turn distribution, not the
 prompt's task or its siblings.
+
+Beside them, the papers (:mod:`.plan_papers`): rows whose inputs are published, predicted against
+the published figure (``max_paper_error``, goal within 0.25), and one row per headline-only
+paper, its figure under stated assumptions and whether the headline is plausible there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
 from rlweave.benchmarks.agentic_workload import synthetic
-from rlweave.plan import parse_cluster, predict_step
-from rlweave.plan.generation import INDEX, ORACLE, predict_agentic, predict_stream
-from rlweave.plan.prediction import Baseline
-from rlweave.plan.record import Iterations, JobRecord, Trajectory
-from rlweave.plan.training import lost_share
-from rlweave.plugins.overlap.choose import best
-from rlweave.plugins.overlap.model import Shape
-from rlweave.plugins.overlap.profiles import BUILTIN
-from rlweave.plugins.stream_generation.planner import PlanMode
+from rlweave.benchmarks.plan_papers import (
+    PAPER_GOAL,
+    PAPERS_NOT_COMPARED,
+    agentic_baseline,
+    headline_rows,
+    paper_rows,
+)
+from rlweave.plan.generation import INDEX, ORACLE, predict_agentic
 from rlweave.sim import EngineModel
 
 GOAL = 0.15
-PAPER_GOAL = 0.25
 PLUGINS = ("stream_generation", "agentic_rollout", "preemptive_serving", "overlap", "resilience", "stage_fusion",
            "replay_balance")
-SAME = {"kind": "measured", "bf16_tflops": 1.0, "hbm_tbs": 1.0}  # recorded on the setup it is planned for
-SAME_LINKS = {"nvlink_gbs": 1.0, "network_gbs": 1.0}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,23 +62,8 @@ def _agentic_rows(record: dict, source: str) -> list[dict]:
     rows = []
     for name, workload in record["details"]["workloads"].items():
         batch = workload["batches"][0]
-        trajs = synthetic(batch["seed"], workload=name)
-        lengths = np.array([n for t in trajs for n in t.turn_tokens])
-        verl_s = float(np.median(batch["makespan_s"]["verl"]))
-        job = JobRecord(source, {1: {"generate": verl_s}}, lengths,
-                        Iterations(np.zeros(0, int), np.zeros(0, int), np.zeros(0)),
-                        tuple(f"engine{i}" for i in range(instances)), engine.slots, engine,
-                        float(np.mean([t.prompt_len for t in trajs])),
-                        tuple(Trajectory(t.id, len(t.turn_tokens), float(sum(t.tool_s)), tuple(t.tool_s))
-                              for t in trajs))
-        cluster = parse_cluster({
-            "gpu": SAME | {"count": instances}, "links": SAME_LINKS,
-            "model": {"params_b": 1.0, "layers": 1, "hidden": 1},
-            "parallelism": {"tp": 1, "pp": 1, "dp": instances, "rollout_tp": 1},
-            "recorded": {"gpu": "measured", "gpus": instances, "params_b": 1.0, **SAME_LINKS,
-                         "bf16_tflops": 1.0, "hbm_tbs": 1.0},
-            "job": {"requests_per_step": len(lengths), "slots": engine.slots}}, source)
-        base = Baseline(job, cluster, predict_step(job, cluster))
+        base = agentic_baseline(synthetic(batch["seed"], workload=name), engine, instances,
+                                float(np.median(batch["makespan_s"]["verl"])), source)
         policies = predict_agentic(base, instances=instances).policies
         measured = record["headline"][name]
         for case, policy, key in ((f"{name}: verl over oracle", ORACLE, "oracle_makespan_ratio"),
@@ -93,99 +77,20 @@ def _agentic_rows(record: dict, source: str) -> list[dict]:
 
 READERS = {"agentic": _agentic_rows}
 
-# verl's fully_async_policy README (verl-project/verl @0351589; shared/research/planner_anchors.md
-# section 2.1): H20, Qwen2.5-Math-7B, DAPO, 512 prompts x 16, 28K max response; the colocated sync
-# step, its generate / old_log_prob / update_actor, and the fully async step, in seconds
-VERL_ASYNC = {32: (790.1, (357.4, 107.7, 269.8), 294.8), 64: (365.3, (150.7, 70.3, 133.4), 189.3),
-              128: (356.3, (177.9, 53.9, 113.8), 150.6)}
-# [A] what the README does not publish: the response lengths (log-normal, median 3,000 tokens,
-# sigma 0.8, cut at 28K), the engine's shape (its speed is calibrated to the published generate
-# stage), one instance per GPU of 128 slots; the rest of the sync step (reward and the like) is
-# kept as a host stage
-PAPER_ASSUMED = "lengths log-normal (median 3,000, sigma 0.8, max 28K), 128 slots, TP 1 [A]"
+
+def _tags(inputs: dict[str, str], tag: str) -> list[str]:
+    return [name for name, value in inputs.items() if value.endswith(tag)]
 
 
-def _paper_job(gpus: int, engine: EngineModel, lengths: np.ndarray) -> tuple[JobRecord, object]:
-    step, (gen, old, update), _ = VERL_ASYNC[gpus]
-    stages = {"generate": gen, "old_log_prob": old, "update_actor": update, "reward": step - gen - old - update}
-    job = JobRecord("verl fully_async_policy README", {1: stages},
-                    lengths, Iterations(np.zeros(0, int), np.zeros(0, int), np.zeros(0)), (), engine.slots, engine,
-                    512.0, ())
-    cluster = parse_cluster({
-        "gpu": {"kind": "H20", "count": gpus}, "model": {"params_b": 7.6, "layers": 28, "hidden": 3584},
-        "parallelism": {"tp": 1, "pp": 1, "dp": gpus, "rollout_tp": 1},
-        "recorded": {"gpu": "H20", "gpus": gpus, "params_b": 7.6},
-        "job": {"requests_per_step": 512 * 16}}, "verl fully_async_policy README")
-    return job, cluster
+def _headline_json(r: dict) -> dict:
+    """A headline-only paper's entry in ``--json``: figures, verdict, and its inputs by tag."""
+    return {"headline": r["headline"], "predicted": r["predicted"], "ceiling": r["ceiling"],
+            "plausible": r["plausible"], "label": r["label"], "published": _tags(r["inputs"], "[P]"),
+            "assumed": _tags(r["inputs"], "[A]"), "note": r["note"]}
 
 
-def _paper_rows() -> list[dict]:
-    """verl's fully async against its colocated sync step, at 32, 64 and 128 H20s: the planner's
-    async stream generation on the published stages, its engine calibrated to the published
-    generate stage."""
-    rng = np.random.default_rng(0)
-    lengths = np.minimum(rng.lognormal(np.log(3000), 0.8, 512 * 16), 28_000).astype(int) + 1  # one step's
-    rows = []
-    for gpus, (step, stages, async_s) in VERL_ASYNC.items():
-        engine = EngineModel(base_s=0.02, per_seq_s=1e-4, slots=128)
-        job, cluster = _paper_job(gpus, engine, lengths)
-        simulated = predict_step(job, cluster, sample=16).stages["generate"].seconds
-        job, cluster = _paper_job(gpus, engine.scaled(stages[0] / simulated), lengths)
-        base = Baseline(job, cluster, predict_step(job, cluster, sample=16))
-        p = predict_stream(base, PlanMode.ASYNC)
-        measured = step / async_s
-        predicted = float(1 / p.ratio) if p.ratio else float("nan")
-        rows.append({"plugin": "stream_generation", "kind": "paper",
-                     "case": f"verl fully_async, {gpus} H20: sync over async",
-                     "source": "verl fully_async_policy README (published inputs; " + PAPER_ASSUMED + ")",
-                     "predicted": predicted, "measured": measured, "error": abs(predicted / measured - 1),
-                     "settings": p.settings})
-    return rows
-
-
-# MegaScale's production run (12,288 GPUs, ETTR above 90%) with the Llama 3 report's failure rate
-# (419 unexpected interruptions on 16,384 GPUs in 54 days: 2.0e-5 per GPU-hour) and MegaScale's
-# back-to-progress time of 15 minutes [P]; the snapshot's stall [A] (planner_anchors.md 2.7)
-MEGASCALE = {"gpus": 12_288, "gpu_mtbf_hours": 16_384 * 54 * 24 / 419, "recover_s": 15 * 60.0, "snapshot_s": 10.0,
-             "step_s": 10.0, "ettr_at_least": 0.90}
-
-
-def _megascale_row() -> dict:
-    """The resilience model's ETTR at MegaScale's scale: published as a floor (above 90%), so the
-    error is how far the prediction falls short of it (0 at or above)."""
-    m = MEGASCALE
-    lost, tau = lost_share(m["snapshot_s"], m["recover_s"], m["gpu_mtbf_hours"] * 3600 / m["gpus"], m["step_s"])
-    ettr = 1 / (1 + lost)
-    return {"plugin": "resilience", "kind": "paper", "case": "MegaScale ETTR, 12,288 GPUs (at least)",
-            "source": "MegaScale (NSDI'24) and the Llama 3 report's failure rate; snapshot stall 10 s, step 10 s [A]",
-            "predicted": ettr, "measured": m["ettr_at_least"], "error": max(0.0, 1 - ettr / m["ettr_at_least"]),
-            "settings": {"snapshot interval s": round(tau)}}
-
-
-# FLUX (arXiv 2406.06858) op level, GPT-3 175B shapes at TP 8: AllGather+GEMM (n, k) = (49152,
-# 12288), GEMM+ReduceScatter (12288, 49152), m = 1024..8192; the published average E_overlap per
-# cluster (papers_flux_megascale.md 1.4). The column shard n / 8 and the row shard k / 8 per GPU
-# are read from the shapes [A]; H800 is overlap's H100 profile with NVLink 400 GB/s [R]
-FLUX_AVERAGE = {"a100-pcie": 0.40, "a100-nvlink": 0.63, "h800-nvlink": 0.72}
-
-
-def _flux_rows() -> list[dict]:
-    """The overlap plugin's own timeline model (FLUX's tile backend, its best pieces) against
-    FLUX's published average E_overlap per cluster."""
-    h100 = BUILTIN["h100-nvlink"]
-    profiles = {"a100-pcie": BUILTIN["a100-pcie"], "a100-nvlink": BUILTIN["a100-nvlink"],
-                "h800-nvlink": replace(h100, name="h800-nvlink", link_bps=h100.link_bps * 400 / 900,
-                                       collective_bps=h100.collective_bps * 400 / 900)}
-    rows = []
-    for name, published in FLUX_AVERAGE.items():
-        shapes = [s for m in (1024, 2048, 4096, 8192)
-                  for s in (Shape("ag_gemm", m, 49152 // 8, 12288, 8), Shape("gemm_rs", m, 12288, 49152 // 8, 8))]
-        predicted = float(np.mean([best(profiles[name], s, "tile", 8).e_overlap for s in shapes]))
-        rows.append({"plugin": "overlap", "kind": "paper", "case": f"FLUX average E_overlap, {name}",
-                     "source": "FLUX op-level table (GPT-3 175B shapes, TP 8); overlap's built-in profiles",
-                     "predicted": predicted, "measured": published, "error": abs(predicted / published - 1),
-                     "settings": {}})
-    return rows
+def _figure(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def run(args: argparse.Namespace) -> BenchResult:
@@ -199,44 +104,73 @@ def run(args: argparse.Namespace) -> BenchResult:
     missing = {p: "no stored CPU-rig result the planner reads" for p in PLUGINS if p not in compared}
     errors = {p: float(max(r["error"] for r in rows if r["plugin"] == p)) for p in compared}
     worst = max(errors.values(), default=None)
-    papers = [*_paper_rows(), *_flux_rows(), _megascale_row()]
+    papers = paper_rows()
+    headlines = headline_rows(papers)
     rows += papers
     table = [["plugin", "case", "predicted (SIMULATED or MODELLED)", "measured or published", "error"]]
     table += [[r["plugin"], r["case"], f"{r['predicted']:.3f}", f"{r['measured']:.3f}", f"{r['error']:.3f}"]
               for r in rows]
+    table += [[r["plugin"], r["case"], _figure(r["predicted"]), f"headline {r['headline']:g}x (ceiling "
+               f"{_figure(r['ceiling'])})", r["plausible"]] for r in headlines]
     table += [[p, why, "-", "-", "-"] for p, why in missing.items()]
     paper_worst = float(max(r["error"] for r in papers))
     headline = {"max_planner_error_cpu": worst, "goal": GOAL,
                 "goal_met": None if worst is None else bool(worst <= GOAL), "error_per_plugin": errors,
                 "not_compared": missing, "max_paper_error": paper_worst, "paper_goal": PAPER_GOAL,
                 "paper_goal_met": paper_worst <= PAPER_GOAL,
-                "papers_not_compared": "FLUX's model-level table, MegaScale's MFU, the headline-only papers "
-                                       "(docs/plan.md, Not built yet)"}
-    regime = (f"stored results in {args.results}/ (not rerun) and verl's published fully-async table; predictions "
-              f"SIMULATED by rlweave.plan on each run's own setup; measured ratios from the CPU rig; "
-              f"published inputs where given, {PAPER_ASSUMED}")
-    return BenchResult(headline, table, regime, {"rows": rows})
+                "paper_errors": {r["case"]: r["error"] for r in papers},
+                "papers_not_compared": PAPERS_NOT_COMPARED,
+                "paper_headlines": {r["case"]: _headline_json(r) for r in headlines}}
+    regime = (f"stored results in {args.results}/ (not rerun); predictions SIMULATED or MODELLED by rlweave.plan "
+              f"on each run's own setup; measured ratios from the CPU rig; the papers' published inputs [P] where "
+              f"given, the rest assumed [A] (each row's inputs)")
+    return BenchResult(headline, table, regime, {"rows": rows, "headlines": headlines})
+
+
+def _compared_panel(ax: object, rows: list[dict]) -> None:
+    """Measured or published against predicted, one pair of bars per case, the goal's band
+    (the CPU rig's, or the papers') dotted."""
+    y = np.arange(len(rows))[::-1]
+    ax.barh(y + 0.2, [r["measured"] for r in rows], 0.4, label="measured (CPU rig) or published")
+    ax.barh(y - 0.2, [r["predicted"] for r in rows], 0.4, label="predicted (SIMULATED or MODELLED)")
+    for i, r in zip(y, rows):
+        goal = GOAL if r["kind"] == "cpu" else PAPER_GOAL
+        for side in (1 - goal, 1 + goal):
+            ax.plot([r["measured"] * side] * 2, [i - 0.4, i + 0.4], "k:", lw=1)
+    ax.set_yticks(y, [f"{r['plugin']}: {r['case']}" for r in rows], fontsize=7)
+    ax.set_xlabel("ratio (default over the plugin), E_overlap, TP share, MFU or ETTR")
+    ax.set_title(f"planner vs CPU rig (dotted: +-{GOAL:.0%}) and vs published inputs (+-{PAPER_GOAL:.0%})",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _headline_panel(ax: object, rows: list[dict]) -> None:
+    """Each headline-only paper: its headline, the planner's figure under the assumptions, and
+    the model's ceiling there (no bar where the model gives none)."""
+    y = np.arange(len(rows))[::-1]
+    for shift, key, name in ((0.27, "headline", "published headline"),
+                             (0.0, "predicted", "planner under [A] inputs (SIMULATED or MODELLED)"),
+                             (-0.27, "ceiling", "the model's ceiling there")):
+        ax.barh(y + shift, [r[key] or 0.0 for r in rows], 0.27, label=name)
+    ax.set_yticks(y, [f"{r['case']}\n({r['plausible']})" for r in rows], fontsize=7)
+    ax.set_xlabel("speedup (x)")
+    ax.set_title("headline-only papers: plausibility under assumed inputs, no goal", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def plot(result: BenchResult, path: Path) -> Path:
-    """Predicted against measured, one pair of bars per case, the goal's band drawn."""
+    """Two panels: the compared rows, then the headline-only papers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result.details["rows"]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2), 3.6))
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, [r["measured"] for r in rows], 0.4, label="measured (CPU rig) or published")
-    ax.bar(x + 0.2, [r["predicted"] for r in rows], 0.4, label="predicted (SIMULATED)")
-    for i, r in enumerate(rows):
-        ax.plot([i - 0.4, i + 0.4], [r["measured"] * (1 - GOAL)] * 2, "k:", lw=1)
-        ax.plot([i - 0.4, i + 0.4], [r["measured"] * (1 + GOAL)] * 2, "k:", lw=1)
-    ax.set_xticks(x, [f"{r['plugin']}\n{r['case']}" for r in rows], fontsize=7)
-    ax.set_ylabel("ratio (verl's default over the plugin); ETTR")
-    ax.set_title(f"rlweave bench plan: planner vs CPU rig (dotted: +-{GOAL:.0%}) and papers")
-    ax.legend(fontsize=7)
+    rows, headlines = result.details["rows"], result.details["headlines"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 0.3 * (len(rows) + 2 * len(headlines)) + 3),
+                                      gridspec_kw={"height_ratios": [len(rows), 1.6 * len(headlines)]})
+    _compared_panel(top, rows)
+    _headline_panel(bottom, headlines)
+    fig.suptitle("rlweave bench plan (every predicted figure SIMULATED or MODELLED)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from rlweave.benchmarks.plan import GOAL, PAPER_GOAL, PLUGINS, VERL_ASYNC, plot, run
+from rlweave.benchmarks.plan import GOAL, PLUGINS, plot, run
+from rlweave.benchmarks.plan_papers import (
+    FLUX_COMM_SHARE,
+    FLUX_MODEL,
+    MEGASCALE_MFU,
+    PAPER_GOAL,
+    TAGS,
+    ULTRAEP_IMBALANCE,
+    VERL_ASYNC,
+)
 
 # A ``rlweave bench agentic --workload depth-mix,depth-mix-grouped`` run on the CPU rig, kept
 # beside the tests: bench-results/ is a local, ignored folder, so a clean checkout has none.
@@ -63,8 +72,86 @@ def test_verls_published_async_table_is_planned_from_its_published_stages(nothin
     megascale = next(r for r in result.details["rows"] if r["case"].startswith("MegaScale ETTR"))
     assert megascale["measured"] == 0.90 and 0.9 < megascale["predicted"] < 1  # a floor, which it clears
     assert megascale["error"] == 0.0
-    flux = [r for r in result.details["rows"] if r["case"].startswith("FLUX")]
+    flux = [r for r in result.details["rows"] if r["case"].startswith("FLUX average E_overlap")]
     assert [r["measured"] for r in flux] == [0.40, 0.63, 0.72]
     assert all(-1 < r["predicted"] < 1 for r in flux)  # an E_overlap
-    assert h["max_paper_error"] == max(r["error"] for r in [*papers, *flux, megascale])
+    every = [r for r in result.details["rows"] if r["kind"] == "paper"]
+    assert {id(r) for r in [*papers, *flux, megascale]} <= {id(r) for r in every}
+    assert h["max_paper_error"] == max(r["error"] for r in every)
     assert h["paper_goal_met"] == (h["max_paper_error"] <= PAPER_GOAL)
+
+
+def test_every_paper_row_marks_each_input_published_or_assumed(nothing_stored):
+    rows = [r for r in nothing_stored.details["rows"] if r["kind"] == "paper"] + nothing_stored.details["headlines"]
+    for r in rows:
+        assert r["label"] in ("SIMULATED", "MODELLED"), r["case"]
+        assert r["inputs"] and all(v.endswith(TAGS) for v in r["inputs"].values()), r["case"]
+        tags = " ".join(r["inputs"].values())
+        assert "[P]" in tags and "[A]" in tags, r["case"]  # each rests on something published and says what it assumes
+    for entry in nothing_stored.headline["paper_headlines"].values():
+        assert entry["published"] and entry["assumed"]
+
+
+def test_no_paper_row_is_dropped_silently(nothing_stored):
+    h, details = nothing_stored.headline, nothing_stored.details
+    cases = {r["case"] for r in details["rows"] if r["kind"] == "paper"}
+    model = {f"FLUX {use} speedup, {name}" for name, uses in FLUX_MODEL.items() for use in uses}
+    shares = {c for c in cases if c.startswith("FLUX TP share")}
+    mfu = {f"MegaScale MFU, 12,288 GPUs: {s}" for s in MEGASCALE_MFU}
+    assert len(model) == 8 and model | mfu <= cases and len(shares) == len(FLUX_COMM_SHARE)
+    assert set(h["paper_errors"]) == cases  # each compared row reaches --json with its error
+    assert "FLUX decode, h800-nvlink" in h["papers_not_compared"]  # the one published cell that is empty
+    papers = [c.split(":")[0] for c in h["paper_headlines"]]
+    assert papers == ["StreamRL", "RLHFuse", "Heddle", "FastServe", "ReLibra"]
+    printed = {row[1] for row in nothing_stored.rows}
+    assert cases | set(h["paper_headlines"]) <= printed  # and to the terminal's table
+
+
+def _paper(result, case):
+    return next(r for r in result.details["rows"] if r["case"] == case)
+
+
+def test_flux_model_level_rows_are_the_overlap_models_figures(nothing_stored):
+    """Pinned: the overlap plugin's timeline model on FLUX's published shapes (MODELLED). A change
+    to the model or the profiles moves them; the docs' table must move with them."""
+    pinned = {("training", "a100-pcie"): 1.411, ("training", "a100-nvlink"): 1.036,
+              ("training", "h800-nvlink"): 1.306, ("prefill", "a100-pcie"): 1.574,
+              ("prefill", "a100-nvlink"): 1.064, ("prefill", "h800-nvlink"): 1.474,
+              ("decode", "a100-pcie"): 1.202, ("decode", "a100-nvlink"): 1.020}
+    for (use, name), figure in pinned.items():
+        r = _paper(nothing_stored, f"FLUX {use} speedup, {name}")
+        assert r["measured"] == FLUX_MODEL[name][use]
+        assert r["predicted"] == pytest.approx(figure, abs=6e-4), (use, name)
+        assert r["predicted"] >= 1.0  # the tiles are used only where they beat the collective-then-GEMM path
+        assert r["error"] == pytest.approx(abs(r["predicted"] / r["measured"] - 1))
+    for name, (low, high) in FLUX_COMM_SHARE.items():
+        r = _paper(nothing_stored, f"FLUX TP share of a training step, {name} ({low:.0%} to {high:.0%})")
+        inside = low <= r["predicted"] <= high
+        assert (r["error"] == 0.0) == inside and 0 < r["predicted"] < 1
+
+
+def test_megascale_mfu_is_train_flops_from_the_3072_gpu_run(nothing_stored):
+    """The planner's train-flops keeps the recorded efficiency: at 12,288 GPUs it predicts the
+    3,072-GPU MFU, and errs by the published drop."""
+    for system, (recorded, published) in MEGASCALE_MFU.items():
+        r = _paper(nothing_stored, f"MegaScale MFU, 12,288 GPUs: {system}")
+        assert r["predicted"] == pytest.approx(recorded, rel=1e-9) and r["measured"] == published
+        assert r["error"] == pytest.approx(recorded / published - 1, rel=1e-9)
+
+
+def test_headline_only_papers_give_a_figure_a_ceiling_and_a_verdict(nothing_stored):
+    rows = {r["case"].split(":")[0]: r for r in nothing_stored.details["headlines"]}
+    verl = [r for r in nothing_stored.details["rows"] if r["plugin"] == "stream_generation"]
+    assert rows["StreamRL"]["predicted"] == max(r["predicted"] for r in verl)
+    assert rows["StreamRL"]["ceiling"] >= rows["StreamRL"]["predicted"]
+    assert rows["StreamRL"]["plausible"].startswith("not judged")  # the model misses verl's own rows there
+    fuse = rows["RLHFuse"]  # fusion's ceiling over the same system unfused is 2, below the 3.7x headline
+    assert fuse["ceiling"] == 2.0 and 1.0 < fuse["predicted"] <= 2.0
+    assert fuse["plausible"] == "not plausible under these assumptions"
+    heddle = rows["Heddle"]
+    assert 1.0 < heddle["predicted"] <= heddle["ceiling"]
+    assert rows["FastServe"]["plausible"] == "not judged (another metric)"
+    relibra = rows["ReLibra"]
+    assert relibra["predicted"] is None and relibra["ceiling"] == ULTRAEP_IMBALANCE[0] / ULTRAEP_IMBALANCE[1]
+    assert relibra["plausible"] == "plausible (under the model's ceiling)"
+    json.dumps(nothing_stored.headline)
