@@ -6,13 +6,15 @@ model with the same weights (gloo, EP=2, CPU processes; no expert moves, micro-b
 only). TransformerEngine, which mbridge's own spec needs, cannot be installed on CPU: the
 worker's unpatched builds take the local backend in its place (``te_stand_in``), and the patch
 does the same where TE is absent. The patch's Megatron-Bridge branch runs on a stand-in provider
-only: Megatron-Bridge needs Python 3.12 and CUDA packages."""
+only: Megatron-Bridge needs Python 3.12 and CUDA packages; verl's Megatron-Bridge build is refused
+while ReLibra places experts (positional expert names), not with overlap alone."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from rlweave.patches.verl_megatron_layer_spec import MEGATRON_BRIDGE_NAMES
 from test_megatron_adapter import run_ranks
 
 def close(actual, expected):
@@ -31,6 +33,8 @@ def test_replay_balance_layers_built_by_verls_mbridge_path_equal_upstreams_model
         assert rank["homes"] == [[0, 1, -1, 2, 3, -1]] * 2  # Megatron's layout: no expert moved
         # the Megatron-Bridge branch (provider.transformer_layer_spec), on a stand-in provider
         assert rank["megatron_bridge"] == {"mlp": ["ReplayBalancedMoELayer"] * 2, "restored": True}
+        # ... which verl's build does not reach while experts move: Megatron-Bridge names them by position
+        assert rank["megatron_bridge_build"] == f"NotImplementedError: {MEGATRON_BRIDGE_NAMES}"
         close(rank["rlweave"]["logits"], rank["reference"]["logits"])
         assert rank["rlweave"]["grads"].keys() == rank["reference"]["grads"].keys()
         for name, grad in rank["reference"]["grads"].items():
@@ -46,6 +50,9 @@ def test_overlap_linears_built_by_verls_mbridge_path(tmp_path):
     # every spec linear is overlap's; GPTModel builds its output layer itself, outside the spec
     assert rank["classes"]["linears"] == ["ColumnParallelLinear", "OverlapColumnParallelLinear",
                                           "OverlapRowParallelLinear"]
+    # overlap alone is not refused on Megatron-Bridge's path: verl goes on to import it (absent here)
+    assert "megatron.bridge" in rank["megatron_bridge_build"]
+    assert MEGATRON_BRIDGE_NAMES not in rank["megatron_bridge_build"]
 
 
 @pytest.mark.timeout(300)

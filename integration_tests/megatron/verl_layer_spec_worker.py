@@ -113,6 +113,20 @@ def megatron_bridge_branch(config) -> dict:
             "restored": provider.transformer_layer_spec is bridge_spec}
 
 
+def megatron_bridge_build(patched) -> str:
+    """The patched ``make_megatron_module`` on Megatron-Bridge's path (a stand-in provider, as
+    above): what it raises. While a plugin places experts rlweave refuses it before anything is
+    built; otherwise verl goes on to import Megatron-Bridge, which is not installed here."""
+    from verl.utils.megatron_utils import McoreModuleWrapperConfig
+
+    try:
+        patched(McoreModuleWrapperConfig(), None, None, bridge=object(),
+                provider=types.SimpleNamespace(transformer_layer_spec=None))
+    except Exception as error:  # the refusal, or verl's import of Megatron-Bridge
+        return f"{type(error).__name__}: {error}"
+    raise AssertionError("a Megatron-Bridge build without Megatron-Bridge returned")
+
+
 def classes(model: torch.nn.Module) -> dict:
     return {"mlp": [type(layer.mlp).__name__ for layer in model.decoder.layers],
             "linears": sorted({type(m).__name__ for m in model.modules() if "ParallelLinear" in type(m).__name__})}
@@ -163,6 +177,8 @@ def start_rank(rank: int, world_size: int, port: int, ep: int | None = None):
 def run(rank: int, world_size: int, out: str, port: int) -> None:
     patched = start_rank(rank, world_size, port)
     record: dict = {"patched": hasattr(patched, "__wrapped__")}
+    if record["patched"]:
+        record["megatron_bridge_build"] = megatron_bridge_build(patched)
     torch.manual_seed(0)
     try:
         model = build(patched)

@@ -7,7 +7,9 @@ so the module attribute is what it calls); for the duration of the call it puts
 :func:`rlweave.adapters.megatron.layer_swap.with_rlweave_layers` around the bridge's spec:
 
 - Megatron-Bridge (verl's default; ``provider`` given): ``provider.transformer_layer_spec``, a
-  ``ModuleSpec`` or a function of the provider (and ``vp_stage``), as verl's own QAT swaps it;
+  ``ModuleSpec`` or a function of the provider (and ``vp_stage``), as verl's own QAT swaps it.
+  While a plugin places experts (ReLibra) this path is refused at the build: Megatron-Bridge
+  names experts by position when it loads and syncs weights, and is not patched here;
 - mbridge (``vanilla_mbridge=True``; ``bridge`` given, no ``provider``):
   ``bridge._get_transformer_layer_spec(vp_stage)`` on the bridge instance. mbridge builds it
   with TransformerEngine; where TE is not installed (a CPU machine) the same Megatron builder
@@ -59,6 +61,7 @@ def apply() -> Revert:
         bridge, provider = call.arguments.get("bridge"), call.arguments.get("provider")
         wrap_config = call.arguments["wrap_config"]
         if provider is not None:
+            _refuse_expert_moves_on_megatron_bridge()
             restores = [_wrap_provider_spec(provider)]
         elif bridge is not None:
             restores = [_wrap_mbridge_spec(bridge)]
@@ -151,6 +154,28 @@ def release_held_out_slots(model: Any) -> None:
     held = [chunk for chunk in chunks if any(layer.ddp_state == "held out" for layer in balanced_layers(chunk))]
     if held:
         release_spare_slots(held, VERL_DDP_FIX)
+
+
+MEGATRON_BRIDGE_NAMES = (
+    "rlweave.replay_balance cannot run on verl's Megatron-Bridge path (its default bridge) yet: Megatron-Bridge "
+    "names each expert by its position (E / ep * ep_rank + local slot) when it loads the HF checkpoint and syncs "
+    "weights to the rollout engine, and ReLibra moves experts between slots, so after a move the rollout engine "
+    "would get other experts' weights; set actor_rollout_ref.actor.megatron.vanilla_mbridge=True (mbridge, whose "
+    "export rlweave names by logical expert) with override_transformer_config.moe_grouped_gemm=False, or disable "
+    "rlweave.replay_balance")
+
+
+def _refuse_expert_moves_on_megatron_bridge() -> None:
+    """While a plugin places experts, refuse Megatron-Bridge's build: its expert names are
+    positional (``export_logical_experts`` covers mbridge only), and a wrong weight sync would
+    train on as if nothing were wrong. Raised at the model build, before the first step, whichever
+    door enabled the plugin."""
+    from rlweave.adapters.megatron.layer_swap import places_experts
+    from rlweave.host import get_host
+
+    host = get_host()
+    if host.active and places_experts(host):
+        raise NotImplementedError(MEGATRON_BRIDGE_NAMES)
 
 
 def _wrap_provider_spec(provider: Any) -> Any:
