@@ -97,6 +97,14 @@ PATCHES: tuple[Patch, ...] = (
         groups=(VERL_CPU, PLUGINS),
     ),
     Patch(
+        name="verl_config_check",
+        framework="verl",
+        versions=SpecifierSet(">=0.9.0,<0.10"),
+        target="verl.utils.config.validate_config",
+        why="verl has no hook for a plugin to validate the composed config (plugins enabled through "
+            "RLWEAVE__* variables or a scripted config are checked there)",
+    ),
+    Patch(
         name="verl_router_default",
         framework="verl",
         versions=SpecifierSet(">=0.9.0,<0.10"),

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from rlweave.adapters import refusals_exit
 from rlweave.config import settings_from_overrides
@@ -25,7 +28,7 @@ from rlweave.frameworks import (
     require_supported,
     verl_cpu_platform_selected,
 )
-from rlweave.host import activate
+from rlweave.host import activate, get_host
 from rlweave.patches import (
     EXPERT_PLACEMENT,
     PLUGINS,
@@ -108,6 +111,30 @@ def _check_command_line(requirements: list[SettingRequirement], argv: list[str])
         return
     values = dict(a.split("=", 1) for a in overrides if "=" in a)
     check_requirements(requirements, values, "verl command line")
+
+
+def check_assembled_config(config: Any) -> None:
+    """The enabled plugins' verl requirements against verl's assembled config, called by the
+    ``verl_config_check`` patch where verl validates it (``main_ppo``'s driver, before Ray
+    starts). :func:`_check_command_line` checks earlier but only a command line that carries
+    ``+rlweave.*``: a plugin enabled through ``RLWEAVE__*`` variables, or a config a script
+    composed, is checked here, or it would run as a silent no-op. rlweave's own flags are read
+    from the host (command line or environment), verl's from the config; a setting the config
+    leaves unset counts as verl's default, as on the command line."""
+    host = get_host()
+    if not host.active:
+        return
+    requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
+    enabled = set(host.config.enabled())
+    values = {}
+    for key in {r.key for r in requirements}:
+        parts = key.split(".")
+        if parts[0] == "rlweave":
+            values[key] = "true" if parts[1] in enabled else "false"
+        elif (value := OmegaConf.select(config, key, default=None)) is not None:
+            values[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    with refusals_exit():
+        check_requirements(requirements, values, "the job's config")
 
 
 def _process_role() -> str:

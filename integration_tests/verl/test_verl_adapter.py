@@ -70,6 +70,49 @@ def test_agentic_rollout_on_an_engine_without_request_priorities_is_refused():
             "actor_rollout_ref.rollout.name in {vllm, sglang}") in proc.stderr
 
 
+@pytest.mark.timeout(200)
+def test_a_plugin_enabled_through_the_environment_is_checked_against_verls_config():
+    """No ``+rlweave.*`` on the command line, so the import-time check cannot tell the job's
+    settings; verl's config validation (``verl_config_check``) refuses it, before Ray starts."""
+    proc = python("-m", "verl.trainer.main_ppo", RLWEAVE__AGENTIC_ROLLOUT__ENABLE="true")
+    assert proc.returncode != 0
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("rlweave:")]
+    assert ("actor_rollout_ref.rollout.scheduling_policy=fcfs (from the job's config), but "
+            "rlweave.agentic_rollout needs") in line
+    assert "ray init kwargs" not in proc.stdout  # stopped before main_ppo starts Ray
+
+
+@pytest.mark.parametrize(("overrides", "refused"), [
+    (["actor_rollout_ref.rollout.scheduling_policy=priority",
+      "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_tool_agent"], None),
+    (["actor_rollout_ref.rollout.scheduling_policy=priority",
+      "actor_rollout_ref.rollout.agent.default_agent_loop=rlweave_tool_agent",
+      "actor_rollout_ref.rollout.name=trtllm"],
+     "actor_rollout_ref.rollout.name=trtllm (from the job's config)"),
+])
+def test_verls_composed_config_is_checked_as_its_command_line_is(overrides, refused, monkeypatch):
+    """What the patch calls, on verl's own composed config (Hydra's compose, as a script that
+    builds its config would): a config that meets the plugin passes, one that does not is
+    refused naming the setting."""
+    from hydra import compose, initialize_config_module
+
+    from rlweave.adapters.verl import check_assembled_config
+    from rlweave.host import reset
+
+    monkeypatch.setenv("RLWEAVE__AGENTIC_ROLLOUT__ENABLE", "true")
+    reset()
+    try:
+        with initialize_config_module("verl.trainer.config", version_base=None):
+            config = compose("ppo_trainer", overrides=overrides)
+        if refused is None:
+            check_assembled_config(config)  # does not raise
+        else:
+            with pytest.raises(SystemExit, match=re.escape(refused)):
+                check_assembled_config(config)
+    finally:
+        reset()
+
+
 def check_command_line(argv: list[str]) -> None:
     """The check the adapter runs at ``import verl`` in verl's driver, through the host."""
     from rlweave.adapters.verl import _check_command_line
