@@ -744,3 +744,22 @@ def test_bench_agentic_reports_tokens_not_identical_when_one_policy_changes_a_to
     measured = asyncio.run(agentic._measure_shape(args, "default", ReplayedHarness(other_tokens=policy)))
     assert measured["tokens_identical"] is False
     assert agentic._headline(measured)["tokens_identical"] is False
+
+
+def test_a_series_total_is_the_decayed_sum_of_what_it_keeps_as_values_come_and_go():
+    """The running per-batch sums (kept so that a turn's prediction does not re-sort the series)
+    equal the decayed sum over the values the series still holds, also once old values are
+    dropped and after a restore from its saved lists."""
+    from rlweave.plugins.agentic_rollout.predictor import _Pool, _Series
+
+    series, rng = _Series(), np.random.default_rng(0)
+    for i in range(500):
+        series.add(float(rng.integers(1, 400)), i // 100, keep=128)
+        if i % 37 == 0:
+            values, batches = np.array(series.values), np.array(series.batches)
+            w = 0.5 ** (i // 100 - batches)
+            assert series.total(i // 100, 0.5) == pytest.approx(((w * values).sum(), w.sum()), rel=1e-12)
+    assert len(series.values) == 128
+    pool = _Pool(tokens=series)
+    restored = _Pool.from_dict(pool.to_dict(batch=4), batch=4).tokens
+    assert restored.total(4, 0.5) == pytest.approx(series.total(4, 0.5), rel=1e-12)

@@ -64,12 +64,28 @@ class _Series:
     values: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
     _cache: tuple[int, int, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # batch -> [sum of its values, their count], kept as values come and go: every turn adds a
+    # token count, and re-sorting the whole series for its total cost the balancer most of a
+    # prediction. None until first asked (a restored series is rebuilt from its lists).
+    _per_batch: dict[int, list[float]] | None = None
 
     def add(self, value: float, batch: int, keep: int) -> None:
         self.values.append(float(value))
         self.batches.append(batch)
+        if self._per_batch is not None:
+            self._count(batch, float(value), 1)
+            for old, b in zip(self.values[:-keep], self.batches[:-keep], strict=True):
+                self._count(b, -old, -1)
         del self.values[:-keep], self.batches[:-keep]
         self._cache = None
+
+    def _count(self, batch: int, value: float, n: int) -> None:
+        assert self._per_batch is not None
+        entry = self._per_batch.setdefault(batch, [0.0, 0])
+        entry[0] += value
+        entry[1] += n
+        if not entry[1]:
+            del self._per_batch[batch]
 
     def _sorted(self, batch: int, decay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Values sorted, with suffix sums of weight x value and of weight (weights decayed to
@@ -86,10 +102,16 @@ class _Series:
 
     def total(self, batch: int, decay: float) -> tuple[float, float]:
         """Decayed sum of values and of weights."""
-        if not self.values:
-            return 0.0, 0.0
-        _, wv, ws = self._sorted(batch, decay)
-        return float(wv[0]), float(ws[0])
+        if self._per_batch is None:
+            self._per_batch = {}
+            for value, b in zip(self.values, self.batches, strict=True):
+                self._count(b, value, 1)
+        total = weight = 0.0
+        for b, (sum_, n) in self._per_batch.items():
+            w = decay ** (batch - b)
+            total += w * sum_
+            weight += w * n
+        return total, weight
 
     def above(self, threshold: float, batch: int, decay: float) -> tuple[float, float]:
         """Decayed sum of the values greater than ``threshold``, and of their weights."""
@@ -144,22 +166,26 @@ class _Spread:
         trajectory means within a group over the variance between the groups' means, times the
         observations a trajectory makes. Large when a prompt says nothing of its samples' pace
         (each sample draws its own sandbox): a group's few samples are then noise, not signal."""
-        by_group: dict[str, list[tuple[int, float, float]]] = {}
-        for n, mean, _, b, g in self.rows:
-            if g:
-                by_group.setdefault(g, []).append((n, mean, decay ** (batch - b)))
-        groups = [np.asarray(r, dtype=float) for r in by_group.values() if len(r) >= 2]
-        if len(groups) < 4:
+        # Summed per group with numpy: every finished trajectory asks again, and a Python loop
+        # per group cost the balancer about a millisecond a turn (bench agentic's depth-mix).
+        grouped = [(n, mean, b, g) for n, mean, _, b, g in self.rows if g]
+        if not grouped:
             return default
-        dev = np.concatenate([r[:, 1] - np.average(r[:, 1], weights=r[:, 2]) for r in groups])
-        w = np.concatenate([r[:, 2] for r in groups])
-        dof = sum(len(r) - 1 for r in groups) / sum(len(r) for r in groups)
+        n, mean, b = (np.asarray(x, dtype=float) for x in list(zip(*grouped, strict=True))[:3])
+        _, group, counts = np.unique([r[3] for r in grouped], return_inverse=True, return_counts=True)
+        if int((counts >= 2).sum()) < 4:
+            return default
+        keep = counts[group] >= 2  # a group of one sample has no spread within
+        n, mean, group, w = n[keep], mean[keep], group[keep], decay ** (batch - b[keep])
+        sizes = np.bincount(group).astype(float)
+        sw = np.bincount(group, w)
+        centres = np.bincount(group, w * mean) / np.where(sizes > 0, sw, 1.0)
+        dev = mean - centres[group]
+        real = sizes > 0
+        sizes, sw, centres = sizes[real], sw[real], centres[real]
+        dof = float((sizes - 1).sum() / sizes.sum())
         within = float((w * dev ** 2).sum() / w.sum() / dof)
-        centres = np.array([np.average(r[:, 1], weights=r[:, 2]) for r in groups])
-        sizes = np.array([len(r) for r in groups], dtype=float)
-        weights = np.array([r[:, 2].mean() for r in groups])
-        per_trajectory = float(np.concatenate([r[:, 0] for r in groups]).mean())
-        return per_trajectory * _variance_ratio(centres, weights, within / sizes, within)
+        return float(n.mean()) * _variance_ratio(centres, sw / sizes, within / sizes, within)
 
 
 def _variance_ratio(means: np.ndarray, w: np.ndarray, noise: np.ndarray, within: float) -> float:
