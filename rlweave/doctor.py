@@ -111,8 +111,7 @@ def _package_dir(package: str) -> Path:
 
 @cache
 def hook_callers() -> dict[str, frozenset[str]]:
-    """hook name -> the frameworks whose adapter (or patch) calls it (``host.hook.<name>`` or
-    ``host.hot_caller("<name>")``), read from their source."""
+    """hook name -> the frameworks whose adapter (or patch) calls it, read from their source."""
     adapters, patches = _package_dir("rlweave.adapters"), _package_dir("rlweave.patches")
     folders = {name: [adapters / fw.adapter.rsplit(".", 1)[1]] for name, fw in FRAMEWORKS.items()}
     for patch in PATCHES:
@@ -120,7 +119,7 @@ def hook_callers() -> dict[str, frozenset[str]]:
     callers: dict[str, set[str]] = {}
     for framework, dirs in folders.items():
         for source in (s for folder in dirs for s in folder.rglob("*.py")):
-            for hook in re.findall(r"(?:hook\.|hot_caller\(\")(rlweave_\w+)", source.read_text()):
+            for hook in re.findall(r"hook\.(rlweave_\w+)", source.read_text()):
                 callers.setdefault(hook, set()).add(framework)
     return {hook: frozenset(fws) for hook, fws in callers.items()}
 

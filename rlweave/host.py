@@ -50,39 +50,39 @@ class Host:
         caller = getattr(self.pm.hook, hook_name)
         return any(impl.plugin_name != CORE_PLUGIN for impl in caller.get_hookimpls())
 
-    def hot_caller(self, hook_name: str) -> Callable[..., Any]:
-        """A caller of ``hook_name`` for a path run every engine iteration, taking the hookspec's
-        arguments positionally, in its order.
 
-        pluggy's call (its argument checks, and the loop that serves wrappers) costs about a
-        microsecond over the implementations' own work, a third of what tracing adds to an
-        engine iteration. Where every implementation is a plain one, this calls them directly in
-        pluggy's order (last registered first, ``tryfirst``/``trylast`` as pluggy sorted them),
-        each with the arguments it names, and returns what pluggy would for a ``firstresult``
-        hook (the first result that is not ``None``); for any other hook it returns ``None``,
-        so use it only where the results are not read. A wrapper keeps pluggy's own call, and so
-        does pluggy's hook-call monitoring, which does not see these calls. Like
-        :meth:`implements`, it is made once and serves the plugins registered then.
-        """
-        caller = getattr(self.pm.hook, hook_name)
-        names = caller.spec.argnames if caller.spec else ()
-        impls = list(reversed(caller.get_hookimpls()))
-        if any(impl.hookwrapper or impl.wrapper for impl in impls):
-            return lambda *args: caller(**dict(zip(names, args)))
-        calls = [_positional(impl.function, [names.index(n) for n in impl.argnames], len(names))
-                 for impl in impls]
-        firstresult = bool(caller.spec and caller.spec.opts.get("firstresult"))
-        if len(calls) == 1 and firstresult:
-            return calls[0]
+def hot_caller(caller: pluggy.HookCaller) -> Callable[..., Any]:
+    """A caller of one of a host's hooks (``hot_caller(host.hook.<name>)``) for a path
+    run every engine iteration, taking the hookspec's arguments positionally, in its order.
 
-        def call(*args: Any) -> Any:
-            for function in calls:
-                result = function(*args)
-                if firstresult and result is not None:
-                    return result
-            return None
+    pluggy's call (its argument checks, and the loop that serves wrappers) costs about a
+    microsecond over the implementations' own work, a third of what tracing adds to an
+    engine iteration. Where every implementation is a plain one, this calls them directly in
+    pluggy's order (last registered first, ``tryfirst``/``trylast`` as pluggy sorted them),
+    each with the arguments it names, and returns what pluggy would for a ``firstresult``
+    hook (the first result that is not ``None``); for any other hook it returns ``None``,
+    so use it only where the results are not read. A wrapper keeps pluggy's own call, and so
+    does pluggy's hook-call monitoring, which does not see these calls. Like
+    :meth:`Host.implements`, it is made once and serves the plugins registered then.
+    """
+    names = caller.spec.argnames if caller.spec else ()
+    impls = list(reversed(caller.get_hookimpls()))
+    if any(impl.hookwrapper or impl.wrapper for impl in impls):
+        return lambda *args: caller(**dict(zip(names, args)))
+    calls = [_positional(impl.function, [names.index(n) for n in impl.argnames], len(names))
+             for impl in impls]
+    firstresult = bool(caller.spec and caller.spec.opts.get("firstresult"))
+    if len(calls) == 1 and firstresult:
+        return calls[0]
 
-        return call
+    def call(*args: Any) -> Any:
+        for function in calls:
+            result = function(*args)
+            if firstresult and result is not None:
+                return result
+        return None
+
+    return call
 
 
 def _positional(function: Callable[..., Any], picks: list[int], arity: int) -> Callable[..., Any]:

@@ -8,7 +8,7 @@ import pluggy
 import pytest
 
 from rlweave.config import settings_from_overrides
-from rlweave.host import activate, build_plugin_manager, get_host
+from rlweave.host import activate, build_plugin_manager, get_host, hot_caller
 from rlweave.hookspecs import hookimpl
 from rlweave.types import Stage, StageContext
 
@@ -107,7 +107,7 @@ def test_hot_caller_calls_plain_implementations_as_pluggy_would(monkeypatch):
     host = _plugins_host(monkeypatch, rlweave_schedule, hookimpl(second))
     expected = host.hook.rlweave_schedule(waiting="w", running="r", engine="e")
     pluggy_calls, seen[:] = list(seen), []
-    assert host.hot_caller("rlweave_schedule")("w", "r", "e") == expected == "first registered's decision"
+    assert hot_caller(host.hook.rlweave_schedule)("w", "r", "e") == expected == "first registered's decision"
     assert seen == pluggy_calls == [("second registered", "r"), ("first registered", "w", "r", "e")]
 
 
@@ -120,8 +120,8 @@ def test_hot_caller_of_a_hook_whose_results_nobody_reads_returns_none(monkeypatc
         return "ignored"
 
     host = _plugins_host(monkeypatch, rlweave_engine_step)
-    assert host.hot_caller("rlweave_engine_step")("a step") is None and steps == ["a step"]
-    assert host.hot_caller("rlweave_request_arrived")("nobody listens") is None
+    assert hot_caller(host.hook.rlweave_engine_step)("a step") is None and steps == ["a step"]
+    assert hot_caller(host.hook.rlweave_request_arrived)("nobody listens") is None
 
 
 def test_hot_caller_keeps_pluggys_call_where_a_wrapper_listens(monkeypatch):
@@ -135,5 +135,5 @@ def test_hot_caller_keeps_pluggys_call_where_a_wrapper_listens(monkeypatch):
         return f"wrapped {decision}"
 
     host = _plugins_host(monkeypatch, rlweave_schedule)
-    assert host.hot_caller("rlweave_schedule")("w", "r", "e") == "wrapped None"
+    assert hot_caller(host.hook.rlweave_schedule)("w", "r", "e") == "wrapped None"
     assert order == ["wrapper before", "wrapper after"]

@@ -151,10 +151,9 @@ def hookspec_names() -> set[str]:
 
 def hook_calls(folders: tuple[str, ...]) -> set[str]:
     """The hook names called through a plugin manager's ``hook`` relay in ``folders``
-    (``host.hook.<name>(...)``, ``hook.<name>(...)``, ``pm.hook.<name>.call_historic(...)``) or
-    made into a hot path's caller (``host.hot_caller("<name>")``)."""
+    (``host.hook.<name>(...)``, ``hook.<name>(...)``, ``pm.hook.<name>.call_historic(...)``)."""
     return {name for folder in folders for path in (ROOT / folder).rglob("*.py")
-            for name in re.findall(r"(?:\bhook\.|\bhot_caller\(\")(rlweave_\w+)", path.read_text())}
+            for name in re.findall(r"\bhook\.(rlweave_\w+)", path.read_text())}
 
 
 def hook_implementations() -> set[str]:

@@ -28,7 +28,7 @@ from rlweave.frameworks import (
     require_supported,
     verl_cpu_platform_selected,
 )
-from rlweave.host import activate, get_host
+from rlweave.host import Host, activate, get_host
 from rlweave.patches import (
     EXPERT_PLACEMENT,
     PLUGINS,
@@ -58,7 +58,7 @@ def _load() -> None:
     host = activate(settings_from_overrides(sys.argv[1:], source="verl command line"))
     if not host.active:
         return
-    requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
+    requirements = _verl_requirements(host)
     _check_command_line(requirements, sys.argv[1:])
     version = require_supported("verl")
     apply_patches("verl", version, PLUGINS)
@@ -103,6 +103,11 @@ def _register_trainer_modes(requirements: list[SettingRequirement]) -> list[str]
     return modes
 
 
+def _verl_requirements(host: Host) -> list[SettingRequirement]:
+    """The verl settings the enabled plugins need, from their ``rlweave_needs`` answers."""
+    return verl_requirements(gathered(host.hook.rlweave_needs()))
+
+
 def _check_command_line(requirements: list[SettingRequirement], argv: list[str]) -> None:
     """The plugins' verl requirements, against the command line that configured rlweave (in
     other processes, such as Ray workers, the driver has checked them already)."""
@@ -124,7 +129,7 @@ def check_assembled_config(config: Any) -> None:
     host = get_host()
     if not host.active:
         return
-    requirements = verl_requirements(gathered(host.hook.rlweave_needs()))
+    requirements = _verl_requirements(host)
     enabled = set(host.config.enabled())
     values = {}
     for key in {r.key for r in requirements}:

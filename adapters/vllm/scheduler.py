@@ -48,7 +48,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.request import Request, RequestStatus
 
 from rlweave.adapters.vllm.shape import SchedulerShape, shape_of
-from rlweave.host import get_host
+from rlweave.host import get_host, hot_caller
 from rlweave.types import EngineInfo, EngineStep, RequestView, ScheduleDecision
 
 log = logging.getLogger("rlweave.adapters.vllm")
@@ -137,11 +137,11 @@ class RlweaveSchedulerMixin:
         self._rlweave = get_host()
         self._rlweave_shape = scheduler_shape()
         self._rlweave_keep_kv: Request | None = None  # the request _park is preempting
-        # The per-iteration and per-request hooks, made once (positional: Host.hot_caller).
-        self._rlweave_schedule = self._rlweave.hot_caller("rlweave_schedule")
-        self._rlweave_engine_step = self._rlweave.hot_caller("rlweave_engine_step")
-        self._rlweave_arrived = self._rlweave.hot_caller("rlweave_request_arrived")
-        self._rlweave_finished = self._rlweave.hot_caller("rlweave_request_finished")
+        # The per-iteration and per-request hooks, made once (positional: rlweave.host.hot_caller).
+        self._rlweave_schedule = hot_caller(self._rlweave.hook.rlweave_schedule)
+        self._rlweave_engine_step = hot_caller(self._rlweave.hook.rlweave_engine_step)
+        self._rlweave_arrived = hot_caller(self._rlweave.hook.rlweave_request_arrived)
+        self._rlweave_finished = hot_caller(self._rlweave.hook.rlweave_request_finished)
         self._rlweave_decides = self._rlweave.implements("rlweave_schedule")
         # Who listens to arrivals and finishes: with tracing alone no view is built for arrivals.
         self._rlweave_arrivals = self._rlweave.implements("rlweave_request_arrived")
