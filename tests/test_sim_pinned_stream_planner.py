@@ -49,7 +49,7 @@ def test_generation_keeps_its_completion_and_busy_times() -> None:
     assert busy == pytest.approx([42.15148837364994, 42.33207066283805, 48.794063967041915], rel=1e-9)
 
 
-@pytest.mark.parametrize("mode", list(PlanMode))
+@pytest.mark.parametrize("mode", list(PREDICTED))  # the modes pinned before the shared simulator
 def test_each_mode_keeps_its_predicted_step(mode: PlanMode) -> None:
     pools = [HardwarePool("p", 6, GEN, TrainingProfile(0.05, deferred_share=0.3))]
     got = predict(pools, workload(), mode, {"p": 3}, {"p": 3})

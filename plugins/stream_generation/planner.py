@@ -36,6 +36,10 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
   until the push has loaded (``dispatch_s`` after it), when the next batch joins the queue.
   The engines serve the queue in the order of submission, oldest batch first (vLLM's FCFS).
   Step time and both stages' idle are those of the simulated steady steps.
+- ``fully_async`` is verl's ``fully_async_policy`` (:func:`simulate_fully_async`): the rollouter
+  runs up to ``staleness`` of a sync window ahead (a fraction; 0 is streaming alone), the
+  trainer takes whatever groups finished first, and with partial rollout a sync pauses the
+  engines mid-generation instead of waiting for their active groups (:class:`FullyAsync`).
 - **Shared cores**: where a pool's devices are CPU cores that the framework's host side (its
   driver, agent loops, data plane) shares with the engines and trainers, as on a CPU-only
   machine, the pool gives ``cpu_s_per_sample``, the measured CPU seconds per sample of every
@@ -51,6 +55,7 @@ Prefill is not modelled separately (measure the generation profile with realisti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from itertools import product
@@ -73,6 +78,25 @@ class PlanMode(str, Enum):
     COLOCATED = "colocated"
     ON_POLICY = "on_policy"
     ASYNC = "async"
+    FULLY_ASYNC = "fully_async"  # verl's fully_async_policy: fractional staleness, partial rollout
+
+
+@dataclass(frozen=True)
+class FullyAsync:
+    """verl's ``fully_async_policy`` settings the ``fully_async`` mode simulates
+    (:func:`simulate_fully_async`). ``staleness``: ``async_training.staleness_threshold``, the
+    share of a sync window's samples the rollouter may generate ahead of the trainer (0: streaming
+    alone); ``partial_rollout``: at a parameter sync the engines pause and keep what they have
+    generated, and resume after (``False``: the sync waits for every active sample to finish
+    and nothing new starts meanwhile). One sync window is the workload's batch; the trainer's
+    local update is ``Workload.minibatch_groups`` groups (``require_batches`` mini-batches)."""
+
+    staleness: float = 0.5
+    partial_rollout: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.staleness:
+            raise ValueError(f"FullyAsync.staleness must be >= 0, got {self.staleness}")
 
 
 @dataclass(frozen=True)
@@ -323,9 +347,96 @@ def simulate_async(batches: list[np.ndarray], engines: list[GenerationProfile], 
                       1 - trainer_busy / window)
 
 
+def simulate_fully_async(batches: list[np.ndarray], engines: list[GenerationProfile], seconds_per_group: float,
+                         workload: Workload, policy: FullyAsync) -> AsyncSteps:
+    """verl's fully async training of ``batches`` (one [groups, group_size] array per sync
+    window, in dispatch order): the steady sync windows, as :class:`AsyncSteps`.
+
+    1. **Rollouter.** Before the ``n``-th parameter sync it may have started at most
+       ``(n + 1 + staleness)`` windows' groups in all (verl's ``rollout_num``), and it hands
+       them to the engines at once, which claim them in order as slots free up (verl caps the
+       prompts in flight per replica; where that cap holds more sequences than the engine has
+       slots, as with its defaults, the engines run the same either way).
+    2. **Trainer.** It takes the ready groups in the order they finished (verl's message
+       queue), ``minibatch_groups`` at a time (a local update), ``seconds_per_group`` each, and
+       after a window's groups pushes the weights (``weight_sync_s``).
+    3. **The sync.** With ``partial_rollout`` the engines pause from the push until the weights
+       have loaded (``dispatch_s`` after it) and keep what they made; without it the push
+       waits for every group handed out to finish. Then the quota grows by one window.
+    """
+    per_step, group_size = len(batches[0]), np.asarray(batches[0]).shape[1]
+    steps = len(batches) - math.ceil(policy.staleness)
+    if steps < 2:
+        raise ValueError(f"simulate_fully_async needs at least {math.ceil(policy.staleness) + 2} batches for a "
+                         f"steady step, got {len(batches)}")
+    batching = ContinuousBatching(np.concatenate(batches), engines)
+    total = len(batching.lengths)
+    done = np.full(total, np.inf)  # each group's completion, as far as the engines have run
+    finished = np.zeros(total, dtype=int)
+    seen, submitted = 0, 0
+
+    def refresh() -> None:
+        """Fold the requests finished since the last call into ``done`` (they come in time order)."""
+        nonlocal seen
+        finish = batching.sim.finish_s
+        for request in list(finish)[seen:]:
+            group = request // group_size
+            finished[group] += 1
+            if finished[group] == group_size:
+                done[group] = finish[request]
+        seen = len(finish)
+
+    def hand_out(syncs: int, now: float) -> None:
+        nonlocal submitted
+        quota = min(total, math.floor((syncs + 1 + policy.staleness) * per_step + 1e-9))
+        if quota > submitted:
+            batching.submit(range(submitted, quota), now)
+            submitted = quota
+
+    taken = np.zeros(total, dtype=bool)
+    now, got, ends, trainer_busy, engine_busy = 0.0, 0, [], 0.0, None
+    hand_out(0, 0.0)
+    while len(ends) < steps:
+        batching.run_until(now)
+        refresh()
+        arrived = done + workload.delivery_s
+        ready = np.flatnonzero(~taken & (arrived <= now))
+        need = min(workload.minibatch_groups, per_step - got)
+        if len(ready) < need:  # wait for the next group to reach the trainer
+            later = float(arrived[~taken & (arrived > now)].min(initial=np.inf))
+            now = min(batching.next_event_s(), later)
+            if not np.isfinite(now):
+                raise RuntimeError("simulate_fully_async: the trainer waits for groups that never come")
+            continue
+        taken[ready[np.argsort(done[ready], kind="stable")[:need]]] = True
+        got += need
+        now += need * seconds_per_group
+        trainer_busy += need * seconds_per_group if ends else 0.0
+        if got < per_step:
+            continue
+        batching.run_until(now)
+        if not policy.partial_rollout:  # every group handed out finishes first
+            batching.run_until(np.inf)
+            refresh()
+            now = max(now, float(done[:submitted].max()))
+        batching.pause(now, now + workload.weight_sync_s + workload.dispatch_s)
+        now += workload.weight_sync_s
+        trainer_busy += workload.weight_sync_s if ends else 0.0
+        hand_out(len(ends) + 1, now)
+        ends.append(now)
+        if engine_busy is None:
+            engine_busy = batching.busy(now)
+        got = 0
+    batching.run_until(now)
+    window = ends[-1] - ends[0]
+    return AsyncSteps(window / (len(ends) - 1), 1 - float((batching.busy(now) - engine_busy).mean()) / window,
+                      1 - trainer_busy / window)
+
+
 def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
-            generation: dict[str, int], training: dict[str, int]) -> Plan:
-    """The predicted step of one assignment of instances to pools (see the module docstring)."""
+            generation: dict[str, int], training: dict[str, int], policy: FullyAsync | None = None) -> Plan:
+    """The predicted step of one assignment of instances to pools (see the module docstring);
+    ``policy``: the ``fully_async`` mode's settings (default :class:`FullyAsync`)."""
     by_name = {p.name: p for p in pools}
     engines = [by_name[name].generation for name, n in generation.items() for _ in range(n)]
     rate = sum(n / by_name[name].training.seconds_per_sample for name, n in training.items() if n)
@@ -337,9 +448,12 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
     group_size = lengths.shape[1]
     t_gen, t_train = float(done.max()), workload.samples / rate
     latency = workload.dispatch_s + workload.delivery_s
-    if mode is PlanMode.ASYNC:
+    if mode in (PlanMode.ASYNC, PlanMode.FULLY_ASYNC):
         steps = 1 + len(workload.following) if workload.following else ASYNC_DEFAULT_STEPS
-        steady = simulate_async(workload.batches(steps), engines, group_size / rate, workload)
+        steady = (simulate_async(workload.batches(steps), engines, group_size / rate, workload)
+                  if mode is PlanMode.ASYNC else
+                  simulate_fully_async(workload.batches(steps), engines, group_size / rate, workload,
+                                       policy or FullyAsync()))
         step, idle = steady.step_s, (steady.generation_idle, steady.training_idle)
         engine_s = (1 - steady.generation_idle) * step * sum(e.devices for e in engines)
     else:
@@ -395,7 +509,7 @@ def _stream_preparation(ready: np.ndarray, minibatch: int, seconds_per_group: fl
 
 
 def plan(pools: list[HardwarePool], workload: Workload, mode: PlanMode = PlanMode.ON_POLICY,
-         max_candidates: int = 20000) -> Plan:
+         max_candidates: int = 20000, policy: FullyAsync | None = None) -> Plan:
     """The assignment with the most predicted samples/s. ``colocated`` has one assignment
     (every device does both stages); the other modes search every split of every pool.
     Raises :class:`PlanError` when no assignment fits the pools."""
@@ -424,7 +538,7 @@ def plan(pools: list[HardwarePool], workload: Workload, mode: PlanMode = PlanMod
         if sum(g for g, _ in choice) and sum(t for _, t in choice):
             candidate = predict(pools, workload, mode,
                                 {p.name: g for p, (g, _) in zip(pools, choice) if g},
-                                {p.name: t for p, (_, t) in zip(pools, choice) if t})
+                                {p.name: t for p, (_, t) in zip(pools, choice) if t}, policy)
             if best is None or candidate.samples_per_s > best.samples_per_s:
                 best = candidate
     if best is None:

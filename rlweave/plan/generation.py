@@ -16,6 +16,7 @@ import numpy as np
 from rlweave.plan.prediction import UPDATE_STAGES, Baseline, PluginPrediction, no_prediction
 from rlweave.plugins.agentic_rollout.placement import TrajectoryLoad, presorted_balance
 from rlweave.plugins.stream_generation.planner import (
+    FullyAsync,
     GenerationProfile,
     HardwarePool,
     PlanError,
@@ -61,40 +62,45 @@ def _profile(base: Baseline) -> GenerationProfile:
 
 def predict_stream(base: Baseline, mode: PlanMode = PlanMode.ON_POLICY, seed: int = 0, instances: int | None = None,
                    train_factor: float = 1.0, default_train_factor: float = 1.0,
-                   default_s: float | None = None) -> PluginPrediction:
+                   default_s: float | None = None, policy: FullyAsync | None = None,
+                   group: int = GROUP) -> PluginPrediction:
     """StreamRL's planner on a slice of ``instances`` generation instances: the best split into
     generation and training instances in ``mode``, against its own colocated (verl's sync)
     prediction of the same slice, whose ratio is applied to ``default_s`` (verl's default step).
     A composable set scales the training stages by ``train_factor`` with the plugin and by
-    ``default_train_factor`` in the default (overlap's TP collectives, hidden and exposed)."""
+    ``default_train_factor`` in the default (overlap's TP collectives, hidden and exposed).
+    ``fully_async`` (verl's ``fully_async_policy``, settings ``policy``) trains on the rollout's
+    log-probs, as verl's does by default: its training pool has no ``old_log_prob`` stage.
+    ``group``: responses per prompt (assumption ``groups``)."""
     name = f"stream_generation ({mode.value})"
     c, par = base.cluster, base.cluster.parallelism
     default_s = base.step.step_s if default_s is None else default_s
     devices = _slice_devices(base, instances or (ASYNC_SLICE_INSTANCES if mode is PlanMode.ASYNC else SLICE_INSTANCES))
-    requests = GROUP * max(MINIBATCHES, round(base.step.requests_per_instance * devices / par.rollout_tp / GROUP))
+    requests = group * max(MINIBATCHES, round(base.step.requests_per_instance * devices / par.rollout_tp / group))
     host = base.seconds("reward", "adv")
     if base.train_s + host <= 0:
         return no_prediction(name, default_s, "the trace holds no training stage to overlap generation with")
     replica = par.tp * par.pp
     rng = np.random.default_rng(seed)
-    lengths = rng.choice(base.job.output_lengths, requests).reshape(-1, GROUP)
+    lengths = rng.choice(base.job.output_lengths, requests).reshape(-1, group)
     workload = Workload(lengths, max(1, len(lengths) // MINIBATCHES), weight_sync_s=base.seconds("weight_sync"))
+    skipped = base.seconds("old_log_prob") if mode is PlanMode.FULLY_ASYNC else 0.0
 
-    def pool(factor: float) -> HardwarePool:
-        train_s = base.train_s * factor + host
+    def pool(factor: float, skip: float = 0.0) -> HardwarePool:
+        train_s = (base.train_s - skip) * factor + host
         per_sample = train_s * devices / (requests * replica)  # each replica trains its share in train_s
         deferred = base.seconds(*UPDATE_STAGES) * factor / train_s
         return HardwarePool("gpu", devices, _profile(base), TrainingProfile(per_sample, replica, deferred))
 
     try:
         colocated = plan([pool(default_train_factor)], workload, PlanMode.COLOCATED)
-        best = plan([pool(train_factor)], workload, mode)
+        best = plan([pool(train_factor, skipped)], workload, mode, policy=policy)
     except (PlanError, RuntimeError) as error:  # RuntimeError: simulate_async found no steady step
         return no_prediction(name, default_s, f"StreamRL's planner: {error}")
     gen_devices, train_devices = best.devices["gpu"]
     engine = base.step.engine
     work = (lengths.sum() * base.effective_iteration_s(engine.slots) / engine.slots * par.rollout_tp
-            + (base.train_s + host) * devices) / devices + workload.weight_sync_s  # every GPU busy, no comm
+            + (base.train_s - skipped + host) * devices) / devices + workload.weight_sync_s  # every GPU busy, no comm
     scale = default_s / colocated.step_s
     share = c.gpus / devices
     settings = {"generation_gpus": round(gen_devices * share), "training_gpus": round(train_devices * share),
