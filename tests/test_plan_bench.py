@@ -20,6 +20,7 @@ from rlweave.benchmarks.plan_papers import (
     TAGS,
     ULTRAEP_IMBALANCE,
     VERL_ASYNC,
+    VERL_STALENESS,
 )
 
 # A ``rlweave bench agentic --workload depth-mix,depth-mix-grouped`` run on the CPU rig, kept
@@ -63,7 +64,7 @@ def test_without_stored_results_nothing_is_compared_and_it_says_so(nothing_store
 
 def test_verls_published_async_table_is_planned_from_its_published_stages(nothing_stored):
     result = nothing_stored
-    papers = [r for r in result.details["rows"] if r["kind"] == "paper" and r["plugin"] == "stream_generation"]
+    papers = [r for r in result.details["rows"] if r["kind"] == "paper" and r["case"].endswith("sync over async")]
     assert [r["measured"] for r in papers] == [pytest.approx(s / a) for s, _, a in VERL_ASYNC.values()]
     for r in papers:
         assert r["error"] == pytest.approx(abs(r["predicted"] / r["measured"] - 1))
@@ -141,7 +142,7 @@ def test_megascale_mfu_is_train_flops_from_the_3072_gpu_run(nothing_stored):
 
 def test_headline_only_papers_give_a_figure_a_ceiling_and_a_verdict(nothing_stored):
     rows = {r["case"].split(":")[0]: r for r in nothing_stored.details["headlines"]}
-    verl = [r for r in nothing_stored.details["rows"] if r["plugin"] == "stream_generation"]
+    verl = [r for r in nothing_stored.details["rows"] if r["case"].endswith("sync over async")]
     assert rows["StreamRL"]["predicted"] == max(r["predicted"] for r in verl)
     assert rows["StreamRL"]["ceiling"] >= rows["StreamRL"]["predicted"]
     assert rows["StreamRL"]["plausible"].startswith("not judged")  # the model misses verl's own rows there
@@ -157,3 +158,18 @@ def test_headline_only_papers_give_a_figure_a_ceiling_and_a_verdict(nothing_stor
     assert relibra["predicted"] is None and relibra["ceiling"] == ULTRAEP_IMBALANCE[0] / ULTRAEP_IMBALANCE[1]
     assert relibra["plausible"] == "plausible (under the model's ceiling)"
     json.dumps(nothing_stored.headline)
+
+
+def test_verls_staleness_ablation_is_planned_from_its_staleness_0_run(nothing_stored):
+    """Partial rollout with staleness 0.1, 0.3 and 0.5 over streaming alone (128 H20, 64:64):
+    the planner's fully_async mode, from the staleness-0 run's stages, against the published
+    steps. The engine is calibrated to that run's step (its simulated step is the recorded one),
+    so each ratio is what the model says running ahead and partial rollout buy."""
+    rows = [r for r in nothing_stored.details["rows"] if "over 0" in r["case"]]
+    assert [r["case"].split("staleness ")[1] for r in rows] == [f"{s:g} over 0" for s in VERL_STALENESS if s]
+    for r, (staleness, published) in zip(rows, [(s, p) for s, p in VERL_STALENESS.items() if s], strict=True):
+        assert r["measured"] == pytest.approx(VERL_STALENESS[0.0] / published)
+        assert r["settings"]["simulated staleness-0 step s"] == pytest.approx(VERL_STALENESS[0.0], rel=0.02)
+        assert r["predicted"] > 1.0  # running ahead with partial rollout never loses to streaming alone here
+        assert r["error"] == pytest.approx(abs(r["predicted"] / r["measured"] - 1))
+        assert r["case"] in nothing_stored.headline["paper_errors"]
