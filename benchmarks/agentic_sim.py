@@ -106,6 +106,12 @@ class _AgentLoop:
         return TrajectoryInfo(t.id, t.group, s["turns"], s["tokens"], inst, t.task, t.prompt_len,
                               t.context_before(turn))
 
+    def _priority(self, t: Trajectory) -> int:
+        """The turn's engine priority: the plugin's, or, where it leaves the decision to the
+        framework (``None``), the priority verl's agent loops give every turn (none: 0)."""
+        decided = self.orchestrator.priority(self.info(t))
+        return 0 if decided is None else decided
+
     def submit(self, t: Trajectory, at: float) -> None:
         """The trajectory's next turn reaches the agent loop at ``at``."""
         turn = self.state[t.id]["turns"]
@@ -118,8 +124,7 @@ class _AgentLoop:
             t, _ = self.turns[r.id]
             if self.orchestrator is not None:
                 self.orchestrator.turn_started(self.info(t), now)
-            self.keys[r.id] = (self.orchestrator.priority(self.info(t)), now) if self.policy.queue != "fcfs" \
-                else (now,)
+            self.keys[r.id] = (self._priority(t), now) if self.policy.queue != "fcfs" else (now,)
             self.queued_since[r.id] = now
             k = self.state[t.id]["inst"] = self.place(t, now)
             self.inflight[k] += 1

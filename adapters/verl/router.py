@@ -42,14 +42,13 @@ class RlweaveLoadBalancer(GlobalRequestLoadBalancer):
         super().__init__(servers, max_cache_size=max_cache_size, full_determinism=False)
         self._host = get_host()
 
-    def require_acquire_fields(self) -> list[str]:
-        return ["prompt_ids"]  # the context a turn sends: what migrating it would re-prefill
-
-    def acquire_server(self, request_id: str, prompt_ids: list[int] | None = None, **_: Any
-                       ) -> tuple[str, Any]:
+    def acquire_server(self, request_id: str, **_: Any) -> tuple[str, Any]:
+        """verl's acquire, placed by the plugin. Like verl's, it takes the request id alone: the
+        context a turn sends (what migrating it would re-prefill) came with the turn's report,
+        which rlweave's agent loop sends just before; shipping the whole context again with
+        every acquire cost each turn a serialisation on both sides."""
         previous = self._request_id_to_server.get(request_id)
-        info = TrajectoryInfo(request_id, "", 0, 0, instance_id=previous,
-                              context_len=len(prompt_ids or ()))
+        info = TrajectoryInfo(request_id, "", 0, 0, instance_id=previous)
         instances = [InstanceLoad(sid, n, 0) for sid, n in self._inflight_requests.items()]
         server_id = self._host.hook.rlweave_choose_instance(trajectory=info, instances=instances)
         if server_id is None or server_id not in self._inflight_requests:

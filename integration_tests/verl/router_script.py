@@ -29,6 +29,7 @@ for turn in range(3):
     for server_id, rid in held:
         extra = {"request_id": rid} if "request_id" in release_fields else {}
         ray.get(balancer.release_server.remote(server_id=server_id, **extra))
+built = ray.get(balancer.__ray_call__.remote(lambda b: f"{type(b).__module__}.{type(b).__name__}"))
 cleared = ray.get(balancer.clear_sticky_cache.remote())
 status = ray.get(balancer.get_status.remote())
 
@@ -40,6 +41,6 @@ def flush_trace(_balancer: object) -> None:
 
 
 ray.get(balancer.__ray_call__.remote(flush_trace))  # the actor's trace, before Ray stops it
-print(json.dumps({"acquire_fields": acquire_fields, "turns": turns, "status": status,
+print(json.dumps({"balancer": built, "acquire_fields": acquire_fields, "turns": turns, "status": status,
                   "cleared": cleared["cleared_entries"]}))
 ray.shutdown()

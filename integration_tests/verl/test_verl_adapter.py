@@ -175,7 +175,8 @@ def test_agentic_rollout_replaces_verls_request_load_balancer(tmp_path):
                   RLWEAVE__TRACING__DIR=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["acquire_fields"] == ["prompt_ids"]
+    assert out["balancer"] == "rlweave.adapters.verl.router.RlweaveLoadBalancer"
+    assert out["acquire_fields"] == []  # as verl's: the context comes with the turn's report
     assert all(len(servers) == 3 and set(servers) <= {"server-0", "server-1"}
                for servers in out["turns"].values())
     assert out["status"]["total_inflight"] == 0
@@ -187,7 +188,7 @@ def test_without_the_flag_verl_builds_its_own_balancer():
     proc = python(str(HERE / "router_script.py"), timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["acquire_fields"] == []
+    assert out["balancer"] == "verl.workers.rollout.router.GlobalRequestLoadBalancer"
     assert all(len(set(servers)) == 1 for servers in out["turns"].values())  # sticky
 
 

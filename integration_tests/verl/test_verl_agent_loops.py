@@ -58,17 +58,17 @@ def _recording_balancer() -> type:
 
         def __init__(self, servers: dict[str, Any], **kwargs: Any) -> None:
             super().__init__(servers, **kwargs)
-            self.seen: list[tuple[str, str | None, str | None]] = []
+            self.seen: list[tuple[str, str | None, str | None, int | None]] = []
 
-        def acquire_server(self, request_id: str, prompt_ids: list[int] | None = None,
-                           **kwargs: Any) -> tuple[str, Any]:
+        def acquire_server(self, request_id: str, **kwargs: Any) -> tuple[str, Any]:
             from rlweave.plugins.agentic_rollout import plugin
 
             mine = plugin.orchestrator._active.get(request_id)
-            self.seen.append((request_id, mine and mine.info.task, mine and mine.info.group_id))
-            return super().acquire_server(request_id, prompt_ids, **kwargs)
+            self.seen.append((request_id, mine and mine.info.task, mine and mine.info.group_id,
+                              mine and mine.info.context_len))
+            return super().acquire_server(request_id, **kwargs)
 
-        def acquired(self) -> list[tuple[str, str | None, str | None]]:
+        def acquired(self) -> list[tuple[str, str | None, str | None, int | None]]:
             return self.seen
 
     return RecordingBalancer
@@ -125,10 +125,15 @@ def test_one_trajectory_id_and_one_orchestrator_whose_state_goes_beside_the_chec
     # balancer places, and its orchestrator knows each from the agent loop's reports.
     turns = sum(len(t.turn_tokens) for t in batch)
     assert len(seen) == turns
-    assert {rid for rid, _, _ in seen} == {f"det-{i}" for i in range(len(batch))}
-    assert all(task == batch[int(rid[4:])].task and group for rid, task, group in seen), seen
+    assert {rid for rid, _, _, _ in seen} == {f"det-{i}" for i in range(len(batch))}
+    assert all(task == batch[int(rid[4:])].task and group for rid, task, group, _ in seen), seen
+    # Each turn's context (what migrating it would re-prefill) came with its report, before
+    # verl's acquire, which carries the request id alone: it grows turn by turn.
+    for rid in {rid for rid, _, _, _ in seen}:
+        contexts = [c for r, _, _, c in seen if r == rid]
+        assert contexts[0] > 0 and contexts == sorted(contexts) and len(set(contexts)) == len(contexts)
     # The samples of one prompt share a group; the other prompts do not.
-    groups = {rid: group for rid, _, group in seen}
+    groups = {rid: group for rid, _, group, _ in seen}
     assert groups["det-0"] == groups["det-1"] != groups["det-2"]
     # Every turn reached the server with the plugin's priority (verl's default sends none).
     for t in batch:
@@ -159,6 +164,35 @@ def test_one_trajectory_id_and_one_orchestrator_whose_state_goes_beside_the_chec
     restore_rollout_state(trainer)
     assert ray.get(resumed.rlweave_rollout_state.remote()) == saved
     ray.kill(resumed)
+
+
+@pytest.mark.timeout(300)
+def test_where_the_predictions_show_no_skill_verl_decides_every_turn(rig):
+    """A restored state whose scored predictions stand below the skill guard: every turn keeps
+    the priority verl's agent loop gives it (none: the engine serves it first come, first served)
+    and stays on the server verl's sticky placement chose, while the reports still arrive."""
+    import asyncio
+
+    import ray
+
+    from rlweave.adapters.verl.agent_loop import RlweaveToolAgentLoop
+    from rlweave.adapters.verl.router import RlweaveLoadBalancer
+
+    batch = _batch()
+    learning = _balancer(rig, RlweaveLoadBalancer)
+    asyncio.run(rig.loops.rollout(batch, RlweaveToolAgentLoop, learning, rig.servers))
+    state = ray.get(learning.rlweave_rollout_state.remote())
+    ray.kill(learning)
+    state["agentic_rollout"]["skill"] = {"s": 0.0, "var": 100.0, "batch_s": 0.0, "batch_var": 0.0}
+    guarded = _balancer(rig, RlweaveLoadBalancer)
+    ray.get(guarded.rlweave_restore_rollout_state.remote(state))
+    run = asyncio.run(rig.loops.rollout(batch, RlweaveToolAgentLoop, guarded, rig.servers))
+    after = ray.get(guarded.rlweave_rollout_state.remote())
+    ray.kill(guarded)
+    for t in batch:
+        r = run.trajectories[t.id]
+        assert r.priorities == [0] * len(t.turn_tokens) and len(set(r.instances)) == 1
+    assert after["agentic_rollout"]["skill"] != state["agentic_rollout"]["skill"]  # still scored
 
 
 def test_the_checkpoint_patch_wraps_and_reverts_verls_trainer():

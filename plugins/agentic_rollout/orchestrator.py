@@ -22,9 +22,9 @@ All of this is followed only while the predictions have shown skill (:mod:`.skil
 finished trajectory scores what was predicted for it (in batches that began with an earlier
 batch's history: the predictions of a first batch, learned from nothing, say little of those
 that follow), and once a scored ranking stands less than ``skill_z`` standard errors above
-none on the batches scored so far, every turn gets the same
-priority (the engine's first come, first served) and the framework places it (verl: sticky,
-least in-flight; no migration). Where nothing can be learned, rlweave then does what verl
+none on the batches scored so far, the framework decides both: every turn keeps the
+priority the framework gives it (verl's agent loops: none, the engine's first come, first
+served) and the framework places it (verl: sticky, least in-flight; no migration). Where nothing can be learned, rlweave then does what verl
 does; it keeps predicting and scoring, so its decisions come back as skill appears. Before
 any batch is scored (a run's first two batches) the decisions are Heddle's.
 """
@@ -185,15 +185,17 @@ class TrajectoryOrchestrator:
         load = self.load(trajectory)
         return load.remaining_tokens * self.per_token_s + load.remaining_tool_s
 
-    def priority(self, trajectory: TrajectoryInfo) -> int:
+    def priority(self, trajectory: TrajectoryInfo) -> int | None:
         """vLLM priority (smaller runs first): minus the remaining serial time in milliseconds,
-        or 0 for every turn (first come, first served) while the predictions show no skill."""
+        or ``None`` while the predictions show no skill: the framework's own priority then, as
+        placement is the framework's own. The prediction is made and kept either way, to be
+        scored when the trajectory finishes."""
         t = self._active.get(trajectory.trajectory_id)
         info = t.info if t is not None else trajectory
         remaining = self.remaining_s(info)
-        priority = -round(remaining * 1000) if self.following else 0
+        priority = -round(remaining * 1000) if self.following else None
         if t is not None:
-            t.priority = priority
+            t.priority = 0 if priority is None else priority
             t.predicted_s[info.turns_done] = remaining
         return priority
 

@@ -67,7 +67,7 @@ def rlweave_needs() -> Sequence[PluginNeed]:
 
 
 @hookimpl
-def rlweave_request_priority(trajectory: TrajectoryInfo) -> int:
+def rlweave_request_priority(trajectory: TrajectoryInfo) -> int | None:
     return _orchestrator().priority(trajectory)
 
 
