@@ -40,6 +40,8 @@ import asyncio
 import contextlib
 import io
 import os
+import resource
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -180,8 +182,10 @@ class Harness:
         handle = self.balancer(policy, batch)
         loop_cls = ToolAgentLoop if policy == "verl" else RlweaveToolAgentLoop
         try:
+            before = _cpu_s(handle)
             with contextlib.redirect_stdout(io.StringIO()):  # verl's tools print their schema
                 run = await self.loops.rollout(batch, loop_cls, handle, self.servers)
+            run.cpu_s = {k: v - before[k] for k, v in _cpu_s(handle).items()}
             if policy == "rlweave":
                 run.state = ray.get(handle.rlweave_rollout_state.remote())
         finally:
@@ -346,6 +350,27 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
                                         for name, v in over_oracle.items()}}
 
 
+def _cpu_s(balancer: Any) -> dict[str, float]:
+    """CPU seconds so far of the two processes a policy's per-turn work runs in: this one (every
+    agent loop: verl runs them in its agent-loop workers) and the balancer actor's (every acquire
+    and, with rlweave, every report). The engines' own CPU is the same under every policy."""
+    import ray
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"agent_loops": usage.ru_utime + usage.ru_stime,
+            "balancer": ray.get(balancer.__ray_call__.remote(lambda _: time.process_time()))}
+
+
+def per_turn_costs(runs: list[RolloutRun]) -> dict[str, float]:
+    """What a policy's path costs each turn, medians over its rollouts: the time from a tool
+    call's end to the next turn's arrival at its engine, and the CPU of the agent loops and the
+    balancer actor. Paired with verl's, these measure what rlweave adds to every turn with far
+    less noise than a makespan, which moves by 20% between rollouts of the same batch."""
+    return {"dispatch_ms": float(np.median([np.median(r.dispatch_ms()) for r in runs])),
+            "agent_loop_cpu_ms": float(np.median([r.cpu_s["agent_loops"] * 1e3 / r.turns for r in runs])),
+            "balancer_cpu_ms": float(np.median([r.cpu_s["balancer"] * 1e3 / r.turns for r in runs]))}
+
+
 def _trained(h: Harness, past: list[list[Trajectory]], instances: int) -> Any:
     """rlweave's orchestrator after SIMULATED rollouts of the ``past`` batches: what its
     predictor would have learned, and the skill it would have shown, by now."""
@@ -471,6 +496,7 @@ async def _measure_shape(args: argparse.Namespace, shape: str, h: Harness) -> di
            "queueing_p99_s": {p: float(np.mean([np.percentile(r.queueing(), 99) for r in rs]))
                               for p, rs in runs.items()},
            "migrations": {p: [r.migrations for r in rs] for p, rs in runs.items()},
+           "per_turn": {p: per_turn_costs(rs) for p, rs in runs.items() if p != "oracle"},
            "tokens_identical": identical, "uncontended_s": uncontended,
            "uncontended_ratio": _median_range([v / r for v, r in zip(uncontended["verl"],
                                                                       uncontended["rlweave"], strict=True)]),
@@ -505,6 +531,11 @@ def _rows(shape: str, m: dict[str, Any]) -> list[list[str]]:
                f"{b['lower_bound_s']:.2f}"] for b in m["batches"] if len(m["batches"]) > 1),
             ["  queueing per trajectory, mean (s)", *(f"{m['queueing_mean_s'][p]:.2f}" for p in POLICIES),
              "", "", "", "0"],
+            *([f"  per turn: {label}, median (ms)",
+               *(f"{m['per_turn'][p][key]:.2f}" for p in ("verl", "rlweave")), "", "", "", "", ""]
+              for key, label in (("dispatch_ms", "tool end to engine arrival"),
+                                 ("agent_loop_cpu_ms", "agent loops' CPU"),
+                                 ("balancer_cpu_ms", "balancer actor's CPU")) if "per_turn" in m),
             ["  Kendall tau, predicted vs true remaining serial time", "", "",
              f"turn 1: {m['tau']['first_turn']:.2f}, all turns: {m['tau']['mean']:.2f}", "", "", "", ""],
             ["  warm-up skill z per batch (F: rlweave falls back to FCFS, verl's placement)", "",
@@ -556,6 +587,8 @@ def _headline(m: dict[str, Any]) -> dict[str, Any]:
             "kendall_tau_first_turn": round(m["tau"]["first_turn"], 3),
             "kendall_tau": round(m["tau"]["mean"], 3),
             "tokens_identical": m["tokens_identical"],
+            "added_per_turn": ({k: round(m["per_turn"]["rlweave"][k] - m["per_turn"]["verl"][k], 3)
+                                for k in m["per_turn"]["verl"]} if "per_turn" in m else None),
             "uncontended_makespan_ratio": round(m["uncontended_ratio"][0], 3),
             "uncontended_makespan_ratio_range": [round(x, 3) for x in m["uncontended_ratio"][1:]],
             "goal_within_5pct_of_oracle": s["rlweave_over_oracle"][0] <= 1.05,

@@ -53,6 +53,22 @@ class RolloutRun:
     makespan_s: float
     trajectories: dict[str, TrajectoryRun]
     state: dict[str, Any] = field(default_factory=dict)  # rlweave's rollout state after the run
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per process, clock running
+
+    @property
+    def turns(self) -> int:
+        return sum(len(r.instances) for r in self.trajectories.values())
+
+    def dispatch_ms(self) -> np.ndarray:
+        """Per turn after a tool call: from the tool's end to the turn reaching its engine. The
+        agent loop's own work, rlweave's report and verl's acquire from the balancer actor: what
+        a policy adds to every turn before it can queue."""
+        gaps = []
+        for r in self.trajectories.values():
+            tools = sorted(end for what, _, end in r.spans if what == "tool")
+            arrivals = sorted(start for what, start, _ in r.spans if what == "queued")
+            gaps += [(a - t) * 1e3 for t, a in zip(tools, arrivals[1:])]
+        return np.array(gaps)
 
     @property
     def migrations(self) -> int:
