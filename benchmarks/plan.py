@@ -7,14 +7,9 @@ measured ratio: error ``|predicted / measured - 1|``, goal within 0.15 for every
 (issue 44). A plugin without a stored measurement, or whose stored JSON holds nothing the
 planner reads, gets a row that says so and no error.
 
-Readable today: ``rlweave bench agentic`` (its engine cost model, its seeded workloads, its
-instances and slots), compared on verl's makespan over the oracle's (Heddle with true remaining
-work; the planner's oracle is presorted placement and longest-remaining-first turns without the
-benchmark's migration at tool calls), and on verl's over rlweave's (the plugin with its learned
-predictor), for which the planner's figure is its non-clairvoyant index: even placement, turns
-by expected remaining turns given those done, learned from the recorded turns. It stands for
-Heddle's predictor, which the planner does not run: it knows the turn distribution, not the
-prompt's task or its siblings.
+Readable today (:mod:`.plan_readers`): ``rlweave bench agentic`` (Heddle), ``bench stream``
+(StreamRL), ``bench fusion-executor`` (RLHFuse) and ``bench moe``'s measured part (ReLibra), each
+on its own setup; :data:`NOT_READ` says why the other plugins' runs are not compared.
 
 Beside them, the papers (:mod:`.plan_papers`): rows whose inputs are published, predicted against
 the published figure (``max_paper_error``, goal within 0.25), and one row per headline-only
@@ -30,16 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from rlweave.benchmarks import BenchResult
-from rlweave.benchmarks.agentic_workload import synthetic
-from rlweave.benchmarks.plan_papers import (
-    PAPER_GOAL,
-    PAPERS_NOT_COMPARED,
-    agentic_baseline,
-    headline_rows,
-    paper_rows,
-)
-from rlweave.plan.generation import INDEX, ORACLE, predict_agentic
-from rlweave.sim import EngineModel
+from rlweave.benchmarks.plan_papers import PAPER_GOAL, PAPERS_NOT_COMPARED, headline_rows, paper_rows
+from rlweave.benchmarks.plan_readers import NOT_READ, READERS, READS
 
 GOAL = 0.15
 PLUGINS = ("stream_generation", "agentic_rollout", "preemptive_serving", "overlap", "resilience", "stage_fusion",
@@ -48,34 +35,6 @@ PLUGINS = ("stream_generation", "agentic_rollout", "preemptive_serving", "overla
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default="bench-results", help="folder of stored bench JSON files (read only)")
-
-
-def _option(argv: list[str], name: str, default: int) -> int:
-    return int(argv[argv.index(name) + 1]) if name in argv else default
-
-
-def _agentic_rows(record: dict, source: str) -> list[dict]:
-    """One comparison per workload of a stored ``bench agentic`` run."""
-    cost, argv = record["details"]["cost_model"], record.get("argv", [])
-    engine = EngineModel(cost["base_s"], cost["per_seq_s"], cost["slots"], cost["prefill_s_per_token"])
-    instances = _option(argv, "--instances", 2)
-    rows = []
-    for name, workload in record["details"]["workloads"].items():
-        batch = workload["batches"][0]
-        base = agentic_baseline(synthetic(batch["seed"], workload=name), engine, instances,
-                                float(np.median(batch["makespan_s"]["verl"])), source)
-        policies = predict_agentic(base, instances=instances).policies
-        measured = record["headline"][name]
-        for case, policy, key in ((f"{name}: verl over oracle", ORACLE, "oracle_makespan_ratio"),
-                                  (f"{name}: verl over rlweave (planner: its non-clairvoyant index)", INDEX,
-                                   "makespan_ratio")):
-            predicted, against = float(1 / policies[policy]), float(measured[key])
-            rows.append({"plugin": "agentic_rollout", "kind": "cpu", "case": case, "source": source,
-                         "predicted": predicted, "measured": against, "error": abs(predicted / against - 1)})
-    return rows
-
-
-READERS = {"agentic": _agentic_rows}
 
 
 def _tags(inputs: dict[str, str], tag: str) -> list[str]:
@@ -101,7 +60,9 @@ def run(args: argparse.Namespace) -> BenchResult:
         if reader:
             rows += reader(record, str(path))
     compared = {r["plugin"] for r in rows}
-    missing = {p: "no stored CPU-rig result the planner reads" for p in PLUGINS if p not in compared}
+    benches = {plugin: bench for bench, plugin in READS.items()}
+    missing = {p: NOT_READ.get(p) or f"no stored bench {benches[p]} run in {args.results}/ with what its reader "
+                                      f"compares (the reader is built)" for p in PLUGINS if p not in compared}
     errors = {p: float(max(r["error"] for r in rows if r["plugin"] == p)) for p in compared}
     worst = max(errors.values(), default=None)
     papers = paper_rows()

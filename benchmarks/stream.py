@@ -422,12 +422,17 @@ class _PlannerCheck:
     @classmethod
     def of(cls, sync_spans: list[dict], runs: dict[str, dict], lengths: list[list[int]], setup: Setup,
            seed: int) -> _PlannerCheck:
+        return cls.from_profile(engine_profile(sync_spans, setup.slots), runs, lengths, setup, seed)
+
+    @classmethod
+    def from_profile(cls, generation: Any, runs: dict[str, dict], lengths: list[list[int]], setup: Setup,
+                     seed: int) -> _PlannerCheck:
+        """The same with the engine profile given (a stored run's ``engine_tokens_per_s``)."""
         rng = np.random.default_rng(seed)
         table = np.asarray(lengths, dtype=float)
         draws = [table[rng.choice(len(table), setup.prompts, replace=False)] for _ in range(32)]
         latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
-        return cls(setup, engine_profile(sync_spans, setup.slots), table, draws, rng,
-                   (latencies["dispatch_s"], latencies["delivery_s"]))
+        return cls(setup, generation, table, draws, rng, (latencies["dispatch_s"], latencies["delivery_s"]))
 
     def pool_of(self, run: dict[str, Any], streamed_updates: bool = False) -> tuple[Any, float, float]:
         """The pool with ``run``'s training profile, its training seconds and weight sync.
@@ -511,6 +516,24 @@ def _predicted_steps(check: _PlannerCheck, cases: list[tuple]) -> tuple[dict[str
         predicted_idle[label] = {"engine": statistics.mean(p.generation_idle for p in plans),
                                  "trainer": statistics.mean(p.training_idle for p in plans)}
     return predicted, predicted_idle
+
+
+def stored_predictions(engine_tokens_per_s: dict[str, float], runs: dict[str, dict], lengths: list[list[int]],
+                       setup: dict[str, int], seed: int) -> dict[str, float]:
+    """The planner's predicted step of every run of one stored round, from that round's own
+    inputs as the JSON keeps them (the verl sync run's engine profile, each run's stages and
+    latencies): :func:`planner_check`'s predictions, and verl sync's own (colocated, its pool and
+    latencies), for ``rlweave bench plan``."""
+    from rlweave.plugins.stream_generation.planner import GenerationProfile, PlanMode
+
+    table = sorted((int(b), float(t)) for b, t in engine_tokens_per_s.items())
+    generation = GenerationProfile(tuple(b for b, _ in table), tuple(t for _, t in table))
+    check = _PlannerCheck.from_profile(generation, runs, lengths, Setup(**setup), seed)
+    pool, _, weight_sync_s = check.pool_of(runs["verl sync"])
+    verl = runs["verl sync"]
+    cases, _ = _planner_cases(check, runs, (pool, weight_sync_s, check.latencies))
+    cases.append((pool, weight_sync_s, (verl["dispatch_s"], verl["delivery_s"]), "verl sync", PlanMode.COLOCATED))
+    return _predicted_steps(check, cases)[0]
 
 
 def _balanced_plans(check: _PlannerCheck, profiles: dict[str, tuple]) -> dict[int, dict[str, Any]]:

@@ -16,6 +16,8 @@ from rlweave.plan.prediction import FLOP_STAGES, UPDATE_STAGES, Baseline, Plugin
 from rlweave.plugins.overlap.choose import best
 from rlweave.plugins.overlap.model import DeviceProfile, Shape
 from rlweave.plugins.overlap.profiles import BUILTIN
+from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem
+from rlweave.plugins.stage_fusion.search import search
 
 MODELLED = "MODELLED"
 FFN = 4  # assumption linears: a layer's linears are QKV and out (h x 3h, h x h) and an MLP of 4h
@@ -170,6 +172,35 @@ def predict_stage_fusion(base: Baseline) -> PluginPrediction:
                          "the default's training model has no pipeline bubbles to fill (train-flops) and the trace "
                          "holds no per-micro-batch costs; the generation-tail migration's model is not yet on "
                          "rlweave.sim")
+
+
+@dataclass(frozen=True)
+class PipelineFusion:
+    """Stage fusion's intra-stage gain on a known pipeline: separate 1F1B's simulated makespan
+    over the searched fused schedule's (``speedup``) and over the fused lower bound
+    (``bound_speedup``), both SIMULATED on the given stage costs."""
+
+    speedup: float
+    bound_speedup: float
+    separate_1f1b_s: float
+    fused_s: float
+
+
+def pipeline_fusion(problem: FusedPipelineProblem, seconds: float = 1.0, seed: int = 0) -> PipelineFusion:
+    """What RLHFuse's fused actor-critic schedule buys on ``problem``, whose per-stage forward
+    and backward costs a trace of stage spans does not hold (``predict_stage_fusion``); a run
+    that measured them (``bench fusion-executor``) gives them. Stage fusion's own search."""
+    result = search(problem, seconds=seconds, seed=seed)
+    return PipelineFusion(result.separate_1f1b / result.makespan, result.separate_1f1b / result.lower_bound.value,
+                          result.separate_1f1b, result.makespan)
+
+
+def expert_balance_speedup(max_mean_before: float, max_mean_after: float, moe_share: float = 1.0) -> float:
+    """ReLibra's gain where an MoE layer's time is its busiest rank's tokens (the other ranks wait
+    for it at the all-to-all): the step with the MoE layers' share ``moe_share`` shortened by the
+    busiest rank's load after balancing over before (max/mean rank tokens, the same tokens in
+    all). Copies, moves and the plan's own time are left out."""
+    return 1 / (1 - moe_share + moe_share * max_mean_after / max_mean_before)
 
 
 def predict_replay_balance(base: Baseline) -> PluginPrediction:

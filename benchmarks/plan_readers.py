@@ -1,0 +1,148 @@
+"""``rlweave bench plan``'s readers: each turns one benchmark's stored JSON into the planner's
+input on that run's own setup, plans it, and returns rows of predicted against measured.
+
+A reader takes ``(record, source)`` (the JSON ``rlweave bench <name>`` wrote, and its path) and
+returns rows ``{"plugin", "kind": "cpu", "case", "source", "predicted", "measured", "error",
+"label", "inputs"}``; the ratio is always the default over the plugin (above 1: the plugin is
+faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. Readable:
+
+- ``agentic`` (Heddle): its engine cost model, seeded workloads, instances and slots; verl's
+  makespan over the oracle's (Heddle with true remaining work; the planner's oracle is presorted
+  placement and longest-remaining-first turns without the benchmark's migration at tool calls),
+  and verl's over rlweave's (the plugin with its learned predictor), for which the planner's
+  figure is its non-clairvoyant index: even placement, turns by expected remaining turns given
+  those done, learned from the recorded turns. It stands for Heddle's predictor, which the
+  planner does not run: it knows the turn distribution, not the prompt's task or its siblings.
+- ``stream`` (StreamRL): per stored round, the verl sync run's engine profile, each run's
+  stages, latencies and CPU, and the workload's lengths, through StreamRL's planner (the
+  bench's own planner check, re-run from the stored inputs); verl sync's step over each rlweave
+  run's, the planner's colocated prediction of verl sync over its prediction of the run, median
+  over the rounds.
+- ``fusion-executor`` (RLHFuse): the per-stage forward and backward seconds measured on the real
+  pipeline stages; separate 1F1B over the fused schedule, stage fusion's own search
+  (:func:`rlweave.plan.training.pipeline_fusion`) on those costs against the measured steps.
+- ``moe`` (ReLibra): its measured part, Megatron's MoE layer and ReLibra's on gloo at EP 2; the
+  busiest rank's tokens under each placement as the run counted them
+  (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
+
+:data:`NOT_READ` says, for every other plugin, why no stored run of it is compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import numpy as np
+
+from rlweave.benchmarks.agentic_workload import synthetic
+from rlweave.benchmarks.plan_papers import agentic_baseline
+from rlweave.plan.generation import INDEX, ORACLE, predict_agentic
+from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
+from rlweave.sim import EngineModel
+
+SIMULATED, MODELLED = "SIMULATED", "MODELLED"
+
+
+def option(argv: list[str], name: str, default: int) -> int:
+    """An integer option of the stored command line (its default where absent)."""
+    return int(argv[argv.index(name) + 1]) if name in argv else default
+
+
+def _row(plugin: str, case: str, source: str, predicted: float, measured: float, inputs: str,
+         label: str = SIMULATED) -> dict:
+    return {"plugin": plugin, "kind": "cpu", "case": case, "source": source, "label": label,
+            "predicted": float(predicted), "measured": float(measured),
+            "error": abs(float(predicted) / float(measured) - 1), "inputs": inputs}
+
+
+def agentic_rows(record: dict, source: str) -> list[dict]:
+    """One comparison per workload of a stored ``bench agentic`` run."""
+    cost, argv = record["details"]["cost_model"], record.get("argv", [])
+    engine = EngineModel(cost["base_s"], cost["per_seq_s"], cost["slots"], cost["prefill_s_per_token"])
+    instances = option(argv, "--instances", 2)
+    rows = []
+    for name, workload in record["details"]["workloads"].items():
+        batch = workload["batches"][0]
+        base = agentic_baseline(synthetic(batch["seed"], workload=name), engine, instances,
+                                float(np.median(batch["makespan_s"]["verl"])), source)
+        policies = predict_agentic(base, instances=instances).policies
+        measured = record["headline"][name]
+        for case, policy, key in ((f"{name}: verl over oracle", ORACLE, "oracle_makespan_ratio"),
+                                  (f"{name}: verl over rlweave (planner: its non-clairvoyant index)", INDEX,
+                                   "makespan_ratio")):
+            rows.append(_row("agentic_rollout", case, source, 1 / policies[policy], measured[key],
+                             f"its cost model, seeded workload {name}, {instances} instances"))
+    return rows
+
+
+def stream_rows(record: dict, source: str) -> list[dict]:
+    """verl sync over each rlweave run of a stored ``bench stream``, median over its rounds."""
+    from rlweave.benchmarks.stream import stored_predictions
+
+    details = record["details"]
+    seed = option(record.get("argv", []), "--seed", 0)
+    predicted: dict[str, list[float]] = {}
+    measured: dict[str, list[float]] = {}
+    for runs, check in zip(details["rounds"], details["planner_rounds"], strict=True):
+        steps = stored_predictions(check["engine_tokens_per_s"], runs, details["lengths"], details["setup"], seed)
+        verl = runs["verl sync"]["samples_per_s"]
+        for label, step in steps.items():
+            if label.startswith("rlweave") and label in runs:
+                predicted.setdefault(label, []).append(steps["verl sync"] / step)
+                measured.setdefault(label, []).append(runs[label]["samples_per_s"] / verl)
+    return [_row("stream_generation", f"stream: verl sync over {label}", source, statistics.median(predicted[label]),
+                 statistics.median(measured[label]),
+                 f"{len(predicted[label])} round(s): the verl sync run's engine profile, each run's stages, "
+                 "latencies and CPU, the workload's lengths")
+            for label in predicted]
+
+
+def fusion_executor_rows(record: dict, source: str) -> list[dict]:
+    """Separate 1F1B over the fused schedule of a stored ``bench fusion-executor`` run."""
+    from rlweave.benchmarks.fusion_executor import ACTOR_PP
+
+    details = record["details"]
+    settings, costs = details["settings"], details["costs"]
+    m = settings["micro_batches"]
+    problem = FusedPipelineProblem(ACTOR_PP, settings["critic_pp"], m, m, StageCosts(*map(tuple, costs["actor"])),
+                                   StageCosts(*map(tuple, costs["critic"])))
+    fused = pipeline_fusion(problem, seconds=1.0, seed=settings.get("seed", 0))
+    return [_row("stage_fusion", f"fusion-executor: separate 1F1B over fused (actor pp {ACTOR_PP}, critic pp "
+                                 f"{settings['critic_pp']}, {m} micro-batches)", source, fused.speedup,
+                 record["headline"]["speedup"],
+                 "each stage's forward and backward seconds as measured (median over the rounds)")]
+
+
+def moe_rows(record: dict, source: str) -> list[dict]:
+    """Megatron's MoE layer over ReLibra's in a stored ``bench moe`` run's measured part (EP 2 on
+    gloo; none where it was skipped): :func:`rlweave.plan.training.expert_balance_speedup` on
+    the run's own per-rank token loads under each placement, the layer being the whole step."""
+    measured = record["details"].get("measured_ep2")
+    if not measured:
+        return []
+    imbalance = measured["max_mean_rank_tokens"]
+    return [_row("replay_balance", "moe: Megatron's MoE layer over ReLibra's (EP 2, measured on gloo)", source,
+                 expert_balance_speedup(imbalance["static"], imbalance["rlweave"]), measured["speedup"],
+                 f"max/mean rank tokens {imbalance['static']:.3f} (static) and {imbalance['rlweave']:.3f} "
+                 "(ReLibra's plans), as the run's ranks counted them", MODELLED)]
+
+
+READERS: dict[str, Callable[[dict, str], list[dict]]] = {
+    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows}
+# the plugin each reader's rows compare
+READS = {"agentic": "agentic_rollout", "stream": "stream_generation", "fusion-executor": "stage_fusion",
+         "moe": "replay_balance"}
+
+# why no stored run of these plugins is compared, even where one is stored
+NOT_READ = {
+    "preemptive_serving": "bench serving measures under Poisson arrivals at set loads; the planner's serving model "
+                          "submits a step's requests at once and has no arrival process, so it has no figure for "
+                          "that ratio (no reader)",
+    "overlap": "bench overlap's CPU timings are no overlap figure (gloo's loopback copies need the cores that "
+               "compute, docs/results/overlap.md); its E_overlap is the plugin's model itself, and its GPU part "
+               "needs a lent GPU (no reader)",
+    "resilience": "no reader yet: bench resilience saves at a fixed save_freq where the planner's model takes "
+                  "Young's interval, and its ETTR part (about 20 minutes) has no stored run here",
+}
