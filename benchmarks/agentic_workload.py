@@ -285,11 +285,13 @@ def previous_step(seed: int, workload: str = "default", prompts: int | None = No
 
 
 def history_batches(seed: int, workload: str = "default", prompts: int | None = None,
-                    group: int | None = None, history: str = "epoch", tool_scale: float = 1.0
-                    ) -> list[list[Trajectory]]:
-    """The two batches before the measured one, oldest first: the first teaches the predictor,
-    the second, predicted from that history, shows whether its predictions have skill (what
-    rlweave's orchestrator checks before it follows them), as every batch of a run after its
-    first would."""
+                    group: int | None = None, history: str = "epoch", tool_scale: float = 1.0,
+                    epochs: int = 2) -> list[list[Trajectory]]:
+    """The ``epochs`` batches before the measured one, oldest first: the first teaches the
+    predictor, and each later one, predicted from what came before, is scored for skill (what
+    rlweave's orchestrator checks before it follows the predictions), as every batch of a run
+    after its first would. Two give one scored batch; a run some steps in has more evidence."""
+    if epochs < 1:
+        raise ValueError(f"history epochs {epochs}: at least 1 (the batch that teaches)")
     return [previous_step(seed, workload, prompts, group, history, tool_scale, back)
-            for back in (2, 1)]
+            for back in range(epochs, 0, -1)]

@@ -401,6 +401,20 @@ def test_a_first_batch_learned_from_nothing_is_not_scored_the_next_is() -> None:
         assert o.skill.scored == scored
 
 
+def test_history_epochs_are_the_same_prompts_in_earlier_epochs_oldest_first() -> None:
+    """A longer warm-up is more of the same prompts' earlier epochs, each with its own draws,
+    ending with the batch that two epochs end with: more scored batches, nothing else moved."""
+    from rlweave.benchmarks.agentic_workload import history_batches
+
+    two, four = history_batches(0, "tool-speed-mix"), history_batches(0, "tool-speed-mix", epochs=4)
+    assert [len(b) for b in four] == [len(two[0])] * 4 and four[2:] == two
+    assert [b[0].id.split("-")[0] for b in four] == ["prev4", "prev3", "prev2", "prev"]
+    assert {t.group for t in four[0]} == {t.group for t in two[1]}  # the same prompts
+    assert [t.turn_tokens for t in four[0]] != [t.turn_tokens for t in four[1]]  # new draws
+    with pytest.raises(ValueError, match="at least 1"):
+        history_batches(0, "tool-speed-mix", epochs=0)
+
+
 def _two_epochs_then(workload: str, seed: int = 0) -> tuple[TrajectoryOrchestrator, list[Trajectory]]:
     """The shipped orchestrator after SIMULATED rollouts of the shape's two previous epochs (the
     first unscored: it started from nothing), and the batch that follows."""
@@ -702,7 +716,7 @@ class ReplayedHarness:
 def _bench_args(**change):
     import argparse
 
-    return argparse.Namespace(**{**dict(workload="default", trace=None, history="epoch", prompts=4,
+    return argparse.Namespace(**{**dict(workload="default", trace=None, history="epoch", history_epochs=2, prompts=4,
                                         group=2, instances=2, slots=4, repeats=2, cluster_instances=4,
                                         seed=0, sim_seeds=2, batches=2), **change})
 
@@ -737,6 +751,8 @@ def test_bench_agentic_reports_every_shape_from_runs_it_is_given(tmp_path) -> No
         {"verl": [12.0], "rlweave": [10.0], "oracle": [8.0]}, {"verl": [14.0], "rlweave": [10.0], "oracle": [8.0]}]
     with pytest.raises(SystemExit, match="--batches 3: between 1 and --repeats"):
         agentic._batches(_bench_args(batches=3), "default")
+    with pytest.raises(SystemExit, match="--history-epochs 0: at least 1"):
+        agentic._batches(_bench_args(history_epochs=0), "default")
     rows = agentic._rows("default", measured)
     assert rows[0][1:] == ["13.00", "10.00", "8.00", "1.30x (1.20-1.40)", "1.62x (1.50-1.75)",
                            "1.25x (1.25-1.25)", "5.00"]
