@@ -59,13 +59,22 @@ VERL_SETTINGS: dict[Need, tuple[VerlSetting, ...]] = {
         VerlSetting("actor_rollout_ref.actor.megatron.router_replay.mode", ("R2", "R3"), "disabled"),
     ),
     Need.RLWEAVE_LAYERS: (
+        VerlSetting("actor_rollout_ref.actor.megatron.vanilla_mbridge", ("True", "true"), "False",
+                    "rlweave's patch builds its layers on verl's mbridge path, whose weight sync and checkpoint "
+                    "load it names by logical expert; Megatron-Bridge, verl's default bridge, names experts by "
+                    "position, so after a move the rollout engine would get other experts' weights"),
+    ),
+    Need.SEQUENTIAL_EXPERTS: (
+        VerlSetting("actor_rollout_ref.actor.megatron.override_transformer_config.moe_grouped_gemm", ("False", "false"),
+                    "True", "mbridge's MoE models default to grouped GEMM, whose experts share one weight"),
+    ),
+    Need.LOCAL_TP_LINEARS: (
         VerlSetting("rlweave.{plugin}.enable", ("false",), "false",
-                    "verl 0.9's Megatron engine cannot run it yet: rlweave's patch makes its mbridge build use "
-                    "ReLibra's MoE layer under its DDP and distributed optimizer, but Megatron-Bridge's weight "
-                    "sync (verl's default bridge) names experts by position and no verl job has trained it end "
-                    "to end; its TransformerEngine spec has no ColumnParallelLinear or RowParallelLinear for "
-                    "overlap's linears to replace. Both run in Megatron models built with "
-                    "rlweave.adapters.megatron.layer_spec (docs/replay_balance.md, docs/overlap.md)"),
+                    "verl 0.9's Megatron engine cannot run it yet: its TransformerEngine spec fuses the "
+                    "tensor-parallel linears into TE modules, leaving no ColumnParallelLinear or RowParallelLinear "
+                    "to replace, and the local spec it gets where TE is absent has no sequence-parallel norm for "
+                    "tensor parallelism; it runs in Megatron models built with rlweave.adapters.megatron.layer_spec "
+                    "(docs/overlap.md)"),
     ),
 }
 

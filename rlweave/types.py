@@ -60,6 +60,8 @@ class Need(str, Enum):
     ROUTING_REPLAY = "routing_replay"  # training replays the rollout's expert routing
     TP_LINEARS = "tp_linears"  # training runs Megatron-core tensor-parallel linears
     RLWEAVE_LAYERS = "rlweave_layers"  # the training engine builds its layers from rlweave's spec provider
+    SEQUENTIAL_EXPERTS = "sequential_experts"  # each expert of a MoE layer holds its own weights (no grouped GEMM)
+    LOCAL_TP_LINEARS = "local_tp_linears"  # the engine's spec has Megatron's local TP linears and sequence-parallel norms
 
 
 @dataclass(frozen=True)

@@ -155,20 +155,30 @@ def test_step_placement_plans_from_the_group_loads_so_every_ep_group_gets_the_sa
         np.testing.assert_array_equal(placement.token_share, reference.token_share)
 
 
-def test_verl_jobs_are_refused_before_they_start_and_doctor_says_why():
-    """verl's Megatron engine does not build ReLibra layers (nor overlap's linears) yet: the
-    command-line check refuses the plugin with the cause and the fix, and doctor reports it."""
+def test_verl_jobs_run_replay_balance_on_the_mbridge_path_and_refuse_overlap():
+    """In verl, ReLibra runs on the mbridge path with experts one by one and routing replay
+    (integration_tests/verl_trainer/test_replay_balance_verl.py), and is refused elsewhere with
+    each setting's fix; overlap is refused outright (verl's Megatron engine builds no local TP
+    linears with sequence-parallel norms), and doctor reports that."""
     from rlweave.doctor import _requirement_problem
     from rlweave.adapters.verl_needs import verl_requirements
     from rlweave.plugins.overlap.plugin import NEEDS as OVERLAP
     from rlweave.plugins.replay_balance.plugin import NEEDS as BALANCE
     from rlweave.requirements import problems
 
-    for plugin, needs in (("replay_balance", BALANCE), ("overlap", OVERLAP)):
-        requirements = verl_requirements(needs)
-        values = {f"rlweave.{plugin}.enable": "true", "actor_rollout_ref.actor.strategy": "megatron",
-                  "actor_rollout_ref.actor.megatron.router_replay.mode": "R3"}
-        [message] = problems(requirements, values, "verl command line")
-        assert message.endswith(f"set rlweave.{plugin}.enable=false.") and "verl 0.9's Megatron engine" in message
-        refusal = requirements[-1]  # read before any environment fact
-        assert _requirement_problem(refusal, None, gpu=True) == f"refused in a verl job: {refusal.why}"
+    megatron = {"actor_rollout_ref.actor.strategy": "megatron", "actor_rollout_ref.actor.megatron.router_replay.mode": "R3"}
+    balance = verl_requirements(BALANCE)
+    supported = megatron | {"rlweave.replay_balance.enable": "true",
+                            "actor_rollout_ref.actor.megatron.vanilla_mbridge": "True",
+                            "actor_rollout_ref.actor.megatron.override_transformer_config.moe_grouped_gemm": "False"}
+    assert problems(balance, supported, "verl command line") == []
+    bridge, grouped = problems(balance, megatron | {"rlweave.replay_balance.enable": "true"}, "verl command line")
+    assert bridge.startswith("actor_rollout_ref.actor.megatron.vanilla_mbridge=False (the default)")
+    assert "names experts by position" in bridge and bridge.endswith("vanilla_mbridge=True.")
+    assert grouped.endswith("set actor_rollout_ref.actor.megatron.override_transformer_config.moe_grouped_gemm=False.")
+
+    overlap = verl_requirements(OVERLAP)
+    [message] = problems(overlap, megatron | {"rlweave.overlap.enable": "true"}, "verl command line")
+    assert message.endswith("set rlweave.overlap.enable=false.") and "verl 0.9's Megatron engine" in message
+    refusal = overlap[-1]  # read before any environment fact
+    assert _requirement_problem(refusal, None, gpu=True) == f"refused in a verl job: {refusal.why}"

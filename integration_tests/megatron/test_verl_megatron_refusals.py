@@ -1,7 +1,8 @@
-"""verl's own ``main_ppo`` refuses ``replay_balance`` and ``overlap`` before the job starts, with
-one message naming why and the fix: verl 0.9's Megatron engine never builds rlweave's layers,
-so either would otherwise run as if enabled (overlap: nothing replaced; replay_balance: a stop at
-the first training step). Runs verl's real command line in the megatron-core environment."""
+"""verl's own ``main_ppo`` refuses, before the job starts and with one message naming why and the
+fix, what verl 0.9's Megatron engine cannot run with rlweave's layers: ``overlap`` on any path
+(nothing would be replaced), ``replay_balance`` off the path it trains on (vanilla mbridge with
+``SequentialMLP`` experts: ``integration_tests/verl_trainer/test_replay_balance_verl.py``) or
+without routing replay. Runs verl's real command line in the megatron-core environment."""
 
 from __future__ import annotations
 
@@ -20,17 +21,26 @@ def main_ppo(cwd, *overrides: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize(("plugin", "why"), [
-    ("overlap", "has no ColumnParallelLinear or RowParallelLinear for overlap's linears to replace"),
-    ("replay_balance", "Megatron-Bridge's weight sync (verl's default bridge) names experts by position"),
-])
-def test_a_plugin_verls_megatron_engine_cannot_apply_stops_the_job_before_it_starts(plugin, why, tmp_path):
-    proc = main_ppo(tmp_path, f"+rlweave.{plugin}.enable=true", "model_engine=megatron",
+def test_overlap_which_verls_megatron_engine_cannot_apply_stops_the_job_before_it_starts(tmp_path):
+    proc = main_ppo(tmp_path, "+rlweave.overlap.enable=true", "model_engine=megatron")
+    assert proc.returncode != 0
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("rlweave:")]
+    assert "rlweave.overlap.enable=true (from verl command line)" in line
+    assert "leaving no ColumnParallelLinear or RowParallelLinear to replace" in line
+    assert line.endswith("set rlweave.overlap.enable=false.")
+
+
+@pytest.mark.timeout(200)
+def test_replay_balance_outside_the_mbridge_path_it_runs_on_stops_the_job_before_it_starts(tmp_path):
+    """verl's default bridge (Megatron-Bridge) and grouped experts: one line naming both fixes."""
+    proc = main_ppo(tmp_path, "+rlweave.replay_balance.enable=true", "model_engine=megatron",
                     "actor_rollout_ref.actor.megatron.router_replay.mode=R3")
     assert proc.returncode != 0
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("rlweave:")]
-    assert f"rlweave.{plugin}.enable=true (from verl command line)" in line and why in line
-    assert line.endswith(f"set rlweave.{plugin}.enable=false.")
+    assert ("actor_rollout_ref.actor.megatron.vanilla_mbridge=False (the default), but rlweave.replay_balance "
+            "needs actor_rollout_ref.actor.megatron.vanilla_mbridge in {True, true}") in line
+    assert "names experts by position" in line
+    assert line.endswith("set actor_rollout_ref.actor.megatron.override_transformer_config.moe_grouped_gemm=False.")
 
 
 @pytest.mark.timeout(200)

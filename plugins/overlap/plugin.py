@@ -16,11 +16,11 @@ from rlweave.types import LinearInfo, Need, PluginNeed, TPLinearPlan
 
 _settings = OverlapConfig()
 
-# RLWEAVE_LAYERS: where the engine builds Megatron's own linears (verl 0.9's), the job is refused
-# before it starts rather than run as if enabled.
+# LOCAL_TP_LINEARS: where the engine's spec has no local TP linears to replace (verl 0.9's), the
+# job is refused before it starts rather than run as if enabled.
 NEEDS = (
     PluginNeed(Need.TP_LINEARS, "overlap", "overlap replaces Megatron's tensor-parallel linears"),
-    PluginNeed(Need.RLWEAVE_LAYERS, "overlap", "its overlapped linears replace Megatron's"),
+    PluginNeed(Need.LOCAL_TP_LINEARS, "overlap", "its overlapped linears replace Megatron's local ones"),
 )
 
 

@@ -44,12 +44,13 @@ _cost = CostModel()  # per-token time and bandwidths; expert_bytes comes from th
 _planned: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
-# RLWEAVE_LAYERS: an engine that builds Megatron's own layers (verl 0.9's) is refused before the
-# job starts rather than at its first step.
+# RLWEAVE_LAYERS and SEQUENTIAL_EXPERTS: an engine that cannot build the balanced layer, or whose
+# experts share one grouped weight, is refused before the job starts rather than at its first step.
 NEEDS = (
     PluginNeed(Need.MOE_LAYERS, "replay_balance", "ReLibra places experts in Megatron's MoE layers"),
     PluginNeed(Need.ROUTING_REPLAY, "replay_balance", "it plans each step from the replayed routing"),
     PluginNeed(Need.RLWEAVE_LAYERS, "replay_balance", "its balanced MoE layer replaces Megatron's"),
+    PluginNeed(Need.SEQUENTIAL_EXPERTS, "replay_balance", "it moves and copies experts one by one"),
 )
 
 
