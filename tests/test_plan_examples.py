@@ -7,6 +7,7 @@ minute, every figure labelled."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -47,3 +48,14 @@ def test_a_ten_times_larger_cluster_fails_ten_times_as_often_and_snapshots_more_
     assert mtbf[0] / mtbf[1] == pytest.approx(10_000 / 1024, rel=0.01)  # 50,000 GPU-hours each
     assert resilience[1]["settings"]["snapshot_every (steps)"] < resilience[0]["settings"]["snapshot_every (steps)"]
     assert resilience[1]["ratio"] < resilience[0]["ratio"] < 1  # it buys more where failures are frequent
+
+
+def test_the_sensitivity_line_gives_moves_relative_to_its_own_fidelity(capsys):
+    """Fewer GPU-hours between failures give resilience more to win (its ratio falls), more give
+    it less; the line says so as changes, beside the reruns' own center."""
+    result, _ = plan(1024, capsys)
+    line = next(r for r in result["plugins"] if r["name"] == "resilience")["sensitivity"]
+    match = re.fullmatch(r"GPU MTBF \(([-+]\d+\.\d)% at -20%, ([-+]\d+\.\d)% at \+20%, of (\d\.\d{3}) at that "
+                         r"fidelity\)", line)
+    assert match, line
+    assert float(match[1]) < 0 < float(match[2])

@@ -162,7 +162,9 @@ MOVES = {"GPU MTBF": frozenset({"resilience"}),
 
 def _sensitivity(job: JobRecord, cluster: Cluster, rows: dict[str, PluginPrediction], seed: int) -> dict[str, str]:
     """Per plugin with a ratio: the inputs whose ±20% moves its ratio most (top two), each rerun
-    at the cheaper :data:`CHEAP` fidelity (its center too)."""
+    at the cheaper :data:`CHEAP` fidelity (its center too). The moves are given relative to that
+    center, whose level can sit well off the full-fidelity ratio (a slice of two instances holds
+    a different tail), so that the line reads as a change and not as a second prediction."""
     predicted = frozenset(n for n, r in rows.items() if r.ratio is not None)
 
     def ratios(j: JobRecord, c: Cluster, only: frozenset[str]) -> dict[str, float | None]:
@@ -180,7 +182,8 @@ def _sensitivity(job: JobRecord, cluster: Cluster, rows: dict[str, PluginPredict
             mid = center[n]
             if mid is not None and low[n] is not None and high[n] is not None:
                 moves[n].append((max(abs(low[n] - mid), abs(high[n] - mid)),
-                                 f"{name} ({low[n]:.3f} at -20%, {high[n]:.3f} at +20%, against {mid:.3f})"))
+                                 f"{name} ({low[n] / mid - 1:+.1%} at -20%, {high[n] / mid - 1:+.1%} at +20%, "
+                                 f"of {mid:.3f} at that fidelity)"))
     return {n: "; ".join(text for size, text in sorted(m, reverse=True)[:2] if size >= SHOWN) or "no input moves it"
             for n, m in moves.items()}
 
