@@ -208,3 +208,5 @@ def test_the_stored_serving_run_is_planned_on_its_own_requests_engine_and_rates(
     slow["details"]["calibration_tokens_per_s"]["fcfs"] = [t * 0.9 for t in slow["details"]["calibration_tokens_per_s"]["fcfs"]]
     moved = {r["case"].rsplit(" ", 1)[1]: r["predicted"] for r in serving_rows(slow, "serving.json")}
     assert moved["0.95"] > rows["0.95"]["predicted"]
+    del slow["details"]["block_size"]  # recorded before the run kept it: nothing to plan from
+    assert serving_rows(slow, "serving.json") == []
