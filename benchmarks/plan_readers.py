@@ -24,6 +24,11 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
 - ``moe`` (ReLibra): its measured part, Megatron's MoE layer and ReLibra's on gloo at EP 2; the
   busiest rank's tokens under each placement as the run counted them
   (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
+- ``serving`` (FastServe): per load and round, the run's own requests (its seeded workload at
+  the round's rate) on the engine model it fitted (requests alone, the FCFS engine's saturation
+  probe), under FCFS and under the preemptive_serving plugin's own scheduler
+  (:func:`rlweave.plan.generation.serve_open_loop`); FCFS's mean normalised latency over the
+  policy's, median over the rounds.
 
 :data:`NOT_READ` says, for every other plugin, why no stored run of it is compared.
 """
@@ -37,10 +42,11 @@ import numpy as np
 
 from rlweave.benchmarks.agentic_workload import synthetic
 from rlweave.benchmarks.plan_papers import agentic_baseline
-from rlweave.plan.generation import INDEX, ORACLE, predict_agentic
+from rlweave.plan.generation import FCFS, INDEX, ORACLE, PLUGIN_POLICIES, predict_agentic, serve_open_loop
 from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
-from rlweave.sim import EngineModel
+from rlweave.sim import EngineModel, Request
+from rlweave.types import EngineInfo
 
 SIMULATED, MODELLED = "SIMULATED", "MODELLED"
 
@@ -129,17 +135,72 @@ def moe_rows(record: dict, source: str) -> list[dict]:
                  "(ReLibra's plans), as the run's ranks counted them", MODELLED)]
 
 
+# what the serving reader plans from (a run recorded before 2026-12-07 has no block_size)
+SERVING_INPUTS = {"levels", "policies", "capacity_req_s", "calibration_tokens_per_s", "alone_fit_fixed_prompt_output_s",
+                  "max_num_seqs", "num_kv_blocks", "block_size", "workload"}
+
+
+def serving_rows(record: dict, source: str) -> list[dict]:
+    """FCFS's mean normalised latency over each preemptive policy's, per load, of a stored
+    ``bench serving`` run (its engine client, synthetic workload; none for a trace or ``--client
+    vllm``): per round, the run's requests at that round's rate on the engine model it fitted
+    (requests alone and the FCFS engine's saturation probe, not the speed calibrated to the
+    measured FCFS), FCFS against the plugin's own scheduler, median over the rounds. None for a
+    run that lacks any of :data:`SERVING_INPUTS`."""
+    from rlweave.benchmarks.serving import synthetic_workload, unit_rate
+    from rlweave.benchmarks.serving_ceiling import fit_engine
+    from rlweave.benchmarks.serving_engine import ALONE, probe_lengths
+
+    details, argv = record["details"], record.get("argv", [])
+    if details.get("client") == "vllm" or "--trace" in argv or not SERVING_INPUTS <= set(details):
+        return []
+    workload = unit_rate(synthetic_workload(option(argv, "--requests", 300), option(argv, "--seed", 0),
+                                            details["workload"]))
+    slots, (prompt, output) = details["max_num_seqs"], probe_lengths(workload)
+    # what each engine finished before its first load: the calibration's probes and requests alone
+    history = [output] * 3 * 64 + [n for _, n in ALONE for _ in range(3)]
+    engines = [fit_engine(details["alone_fit_fixed_prompt_output_s"], probe, prompt, output, slots)
+               for probe in details["calibration_tokens_per_s"]["fcfs"]]
+    rows = []
+    for key, level in details["levels"].items():
+        ratios = _serving_ratios(workload[: level["requests"]], float(key), engines, details, history)
+        rows += [_row("preemptive_serving", f"serving: FCFS over {p} ({PLUGIN_POLICIES[p]}), mean normalised "
+                                            f"latency at load {key}", source, statistics.median(ratios[p]),
+                      level[p]["vs_fcfs"]["mean_norm_latency_s"]["median"],
+                      f"{len(ratios[p])} round(s): the engine model fitted to requests alone and each round's "
+                      f"FCFS probe, {level['requests']} requests at {key} of the round's capacity, the plugin's "
+                      "own scheduler")
+                 for p in ratios]
+    return rows
+
+
+def _serving_ratios(workload: list[dict], load: float, engines: list[EngineModel], details: dict,
+                    history: list[int]) -> dict[str, list[float]]:
+    """Per policy but FCFS, per round: FCFS's simulated mean normalised latency over the
+    policy's, ``workload`` arriving at ``load`` times the round's capacity on its engine."""
+    info = EngineInfo("vllm", "simulated", details["max_num_seqs"], 0, details["num_kv_blocks"],
+                      details["block_size"], can_preempt=True, keeps_preempted_kv=True)
+    ratios: dict[str, list[float]] = {}
+    for engine, capacity in zip(engines, details["capacity_req_s"], strict=True):
+        rate = load * capacity
+        reqs = [Request(i, r["arrival_s"] / rate, r["output_len"], r["prompt_len"]) for i, r in enumerate(workload)]
+        arrival = np.array([r.arrival_s for r in reqs])
+        tokens = np.array([r.output_tokens for r in reqs])
+        mean = {p: float(np.mean((serve_open_loop(reqs, engine, p, info, history) - arrival) / tokens))
+                for p in (FCFS, *details["policies"][1:])}
+        for p in details["policies"][1:]:
+            ratios.setdefault(p, []).append(mean[FCFS] / mean[p])
+    return ratios
+
 READERS: dict[str, Callable[[dict, str], list[dict]]] = {
-    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows}
+    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows,
+    "serving": serving_rows}
 # the plugin each reader's rows compare
 READS = {"agentic": "agentic_rollout", "stream": "stream_generation", "fusion-executor": "stage_fusion",
-         "moe": "replay_balance"}
+         "moe": "replay_balance", "serving": "preemptive_serving"}
 
 # why no stored run of these plugins is compared, even where one is stored
 NOT_READ = {
-    "preemptive_serving": "bench serving measures under Poisson arrivals at set loads; the planner's serving model "
-                          "submits a step's requests at once and has no arrival process, so it has no figure for "
-                          "that ratio (no reader)",
     "overlap": "bench overlap's CPU timings are no overlap figure (gloo's loopback copies need the cores that "
                "compute, docs/results/overlap.md); its E_overlap is the plugin's model itself, and its GPU part "
                "needs a lent GPU (no reader)",

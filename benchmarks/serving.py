@@ -387,6 +387,7 @@ def report(args: argparse.Namespace, policies: list[str], runs: dict[str, list[d
                "calibration_tokens_per_s": calibration,
                "alone_fit_fixed_prompt_output_s": coef.tolist(),
                "simulated_engine_speed_factors": speed_factors, "num_kv_blocks": f0["num_kv_blocks"],
+               "block_size": f0["block_size"],
                "max_num_seqs": args.max_num_seqs, "policies": policies, "workload": args.workload,
                "repeats": args.repeats}
     return BenchResult(headline, rows, regime, details=details)

@@ -9,14 +9,18 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlweave.benchmarks.plan import PLUGINS, run
 from rlweave.benchmarks.fusion_executor import ACTOR_PP
-from rlweave.benchmarks.plan_readers import NOT_READ, READS, fusion_executor_rows, moe_rows, stream_rows
+from rlweave.benchmarks.plan_readers import NOT_READ, READS, fusion_executor_rows, moe_rows, serving_rows, stream_rows
 from rlweave.benchmarks.stream import ASYNC_DISAGG, ONPOLICY_DISAGG, stored_predictions
+from rlweave.plan.generation import serve_open_loop
 from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
+from rlweave.sim import EngineModel, Request
+from rlweave.types import EngineInfo
 
 # Runs on the CPU rig, kept beside the tests (bench-results/ is ignored): `rlweave bench stream
 # --workload long` with the two disaggregated runs (one round, and two rounds an hour later),
@@ -159,3 +163,50 @@ def test_the_stored_moe_run_is_planned_on_the_loads_its_ranks_counted():
     assert imbalance["static"] > imbalance["rlweave"] >= 1.0  # the skewed routing, then balanced by the plans
     assert row["predicted"] == pytest.approx(imbalance["static"] / imbalance["rlweave"])
     assert row["measured"] == measured["speedup"]
+
+
+def test_requests_arriving_over_time_under_fcfs_and_the_plugins_own_policies():
+    """Worked by hand: one slot, every iteration 1 s, no prompt; A (4 tokens) arrives at 0, B (1)
+    at 1, C (2) at 1.5. FCFS: A 0-4, B 4-5, C 5-7. rlweave's adaptive policy, its length model
+    warm and every cap a length (ignore_eos), ranks by tokens left: at 1 B (1 left) preempts A
+    (3 left), which keeps its KV; at 2 C (2) goes before A (3); A resumes at 4 and ends at 7.
+    FastServe's MLFQ, quantum one iteration (the shortest measured): A keeps its slot at 1 (1 s
+    attained, within level 0's quantum), is demoted at 2 and preempted by B (level 0, entered
+    at 1), then C (level 0) runs 3-5 and A 5-7. Mean normalised latency: FCFS (4/4 + 4/1 +
+    5.5/2) / 3 = 2.583, adaptive (7/4 + 1/1 + 2.5/2) / 3 = 1.333."""
+    engine = EngineModel(base_s=1.0, slots=1)
+    info = EngineInfo("vllm", "0", 1, 0, 1000, 16, can_preempt=True, keeps_preempted_kv=True)
+    requests = [Request(0, 0.0, 4), Request(1, 1.0, 1), Request(2, 1.5, 2)]
+    history = [4, 1, 2, 8] * 8  # 32 lengths, each at its cap: enough for the length model
+    finish = {p: serve_open_loop(requests, engine, p, info, history).tolist() for p in ("fcfs", "rlweave", "fastserve")}
+    assert finish == {"fcfs": [4.0, 5.0, 7.0], "rlweave": [7.0, 2.0, 4.0], "fastserve": [7.0, 3.0, 5.0]}
+    arrival, tokens = np.array([0.0, 1.0, 1.5]), np.array([4, 1, 2])
+    norm = {p: float(np.mean((np.array(f) - arrival) / tokens)) for p, f in finish.items()}
+    assert norm["fcfs"] == pytest.approx(31 / 12) and norm["rlweave"] == pytest.approx(4 / 3)
+    # before its length model is warm (no history) the adaptive policy serves first come first served
+    assert serve_open_loop(requests, engine, "rlweave", info).tolist() == finish["fcfs"]
+
+
+def test_the_stored_serving_run_is_planned_on_its_own_requests_engine_and_rates():
+    """`rlweave bench serving --policies fcfs,rlweave --repeats 2 --json` (2026-12-07, the CPU
+    rig): per load, the median over its two rounds of FCFS's simulated mean normalised latency
+    over the plugin's own adaptive scheduler's, on the engine model the run fitted, against the
+    ratio the run measured. Pinned: 1.000, 1.187, 2.268 and 7.334 SIMULATED against 0.923,
+    1.015, 3.258 and 8.689 measured (error up to 0.304, at 0.8: the goal of 0.15 is not met)."""
+    record = json.loads((DATA / "bench-serving.json").read_text())
+    levels = record["details"]["levels"]
+    rows = {r["case"].rsplit(" ", 1)[1]: r for r in serving_rows(record, "serving.json")}
+    assert set(rows) == set(levels) == {"0.2", "0.5", "0.8", "0.95"}
+    pinned = {"0.2": 1.0, "0.5": 1.18687, "0.8": 2.26793, "0.95": 7.33410}
+    for load, r in rows.items():
+        assert r["plugin"] == "preemptive_serving" and r["label"] == "SIMULATED"
+        assert r["measured"] == levels[load]["rlweave"]["vs_fcfs"]["mean_norm_latency_s"]["median"]
+        assert r["predicted"] == pytest.approx(pinned[load], rel=1e-5)
+    assert max(r["error"] for r in rows.values()) == pytest.approx(1 - 2.26793 / 3.25776, rel=1e-4)
+    # the FCFS engine's probe is what the engine model is fitted to: a slower engine queues more
+    slow = json.loads((DATA / "bench-serving.json").read_text())
+    slow["details"]["calibration_tokens_per_s"]["fcfs"] = [t * 0.9 for t in slow["details"]["calibration_tokens_per_s"]["fcfs"]]
+    moved = {r["case"].rsplit(" ", 1)[1]: r["predicted"] for r in serving_rows(slow, "serving.json")}
+    assert moved["0.95"] > rows["0.95"]["predicted"]
+    del slow["details"]["block_size"]  # recorded before the run kept it: nothing to plan from
+    assert serving_rows(slow, "serving.json") == []

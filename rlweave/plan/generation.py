@@ -10,6 +10,7 @@ to the default's is applied to verl's default step on the whole cluster.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,8 +35,12 @@ from rlweave.sim import (
     ShortestRemainingPreempts,
     Simulator,
 )
+from rlweave.plugins.preemptive_serving.options import PreemptiveServingConfig
+from rlweave.plugins.preemptive_serving.scheduler import PreemptiveScheduler
+from rlweave.sim.deciding import DecidedSimulator
 from rlweave.sim.learned import ExpectedRemaining
 from rlweave.sim.trajectories import Trajectory, run_trajectories
+from rlweave.types import EngineInfo, RequestView
 
 SIMULATED = "SIMULATED"
 SLICE_INSTANCES = 8  # generation instances in a slice (fewer where the cluster has fewer)
@@ -207,12 +212,39 @@ def _serve(lengths: np.ndarray, engine: EngineModel, prompt: int, order: object,
     return float(finish.max()), float(finish.mean())
 
 
+# bench serving's schedulers: vLLM's FCFS, and the preemptive_serving plugin's own policies
+FCFS = "fcfs"
+PLUGIN_POLICIES = {"rlweave": "adaptive", "fastserve": "skip_join_mlfq"}
+
+
+def serve_open_loop(requests: Sequence[Request], engine: EngineModel, policy: str, info: EngineInfo,
+                    history: Sequence[int] = ()) -> np.ndarray:
+    """Finish time of each of ``requests``, arriving at their ``arrival_s`` (an open loop:
+    Poisson arrivals at a load, a trace), on one engine under bench serving's ``policy``:
+    :data:`FCFS` (vLLM's default: a request keeps its slot until it ends) or one of
+    :data:`PLUGIN_POLICIES`, the preemptive_serving plugin's own scheduler deciding as it does
+    inside vLLM (:class:`~rlweave.sim.deciding.DecidedSimulator`). Each request's cap
+    (``max_tokens``) is its length, as under ``ignore_eos``; ``history``: output lengths the
+    engine finished before, each at its cap, which the scheduler's length model has learnt;
+    ``info``: the engine as the scheduler is told of it (its slots are the engine's)."""
+    if policy == FCFS:
+        sim = Simulator([engine], ArrivalOrder(), KeepRunning(), slots=[info.max_num_seqs])
+    else:
+        scheduler = PreemptiveScheduler(PreemptiveServingConfig(enable=True, policy=PLUGIN_POLICIES[policy]), info)
+        for n in history:
+            scheduler.finish(RequestView("history", 0.0, 0, int(n), int(n)))
+        sim = DecidedSimulator(engine, scheduler, info, {r.id: int(r.output_tokens) for r in requests})
+    sim.submit(requests)
+    return sim.run().finish_array()
+
+
 def predict_serving(base: Baseline, seed: int = 0, instances: int = 4) -> PluginPrediction:
     """FastServe's question on ``instances`` sampled generation instances: first come first
     served against preempting by expected remaining tokens (the learned length distribution:
     the non-clairvoyant index FastServe's MLFQ approximates) and by true remaining tokens (the
     SRPT oracle). A sync step submits every request at once and waits for the last, so the step
-    follows the makespan; the mean request latency is the serving figure."""
+    follows the makespan; the mean request latency is the serving figure (requests arriving
+    over time: :func:`serve_open_loop`)."""
     engine, prompt = base.step.engine, int(round(base.job.mean_prompt_tokens))
     learned = ExpectedRemaining(base.job.output_lengths)
     rng = np.random.default_rng(seed)
