@@ -191,7 +191,8 @@ def summarise(steps: dict[int, dict[str, float]], spans: list[dict], mode: str) 
             "migrating_steps": sum(m.get("rlweave/fusion/migrated", 0) > 0 for m in steady),
             "predicted_stage_s": statistics.mean(predicted) if predicted else None,
             "inference_s_per_sample": mean("rlweave/fusion/inference_s_per_sample"),
-            "inference_s_per_sample_shared": mean("rlweave/fusion/inference_s_per_sample_shared")}
+            "inference_s_per_sample_shared": mean("rlweave/fusion/inference_s_per_sample_shared"),
+            "prompt_len": mean("rlweave/fusion/prompt_len")}
 
 
 def fit_engine_cost(spans: list[dict]) -> dict[str, float]:

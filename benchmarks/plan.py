@@ -8,8 +8,10 @@ measured ratio: error ``|predicted / measured - 1|``, goal within 0.15 for every
 planner reads, gets a row that says so and no error.
 
 Readable today (:mod:`.plan_readers`): ``rlweave bench agentic`` (Heddle), ``bench stream``
-(StreamRL), ``bench fusion-executor`` (RLHFuse), ``bench moe``'s measured part (ReLibra) and
-``bench serving`` (FastServe), each on its own setup; :data:`NOT_READ` says why the other plugins' runs are not compared.
+(StreamRL), ``bench fusion-executor`` and ``bench fusion-inter`` (RLHFuse's intra- and
+inter-stage fusion: one plugin, two readers, its error the worse), ``bench moe``'s measured
+part (ReLibra) and ``bench serving`` (FastServe), each on its own setup; :data:`NOT_READ` says why
+the other plugins' runs are not compared.
 
 Beside them, the papers (:mod:`.plan_papers`): rows whose inputs are published, predicted against
 the published figure (``max_paper_error``, goal within 0.25), and one row per headline-only
@@ -60,9 +62,10 @@ def run(args: argparse.Namespace) -> BenchResult:
         if reader:
             rows += reader(record, str(path))
     compared = {r["plugin"] for r in rows}
-    benches = {plugin: bench for bench, plugin in READS.items()}
-    missing = {p: NOT_READ.get(p) or f"no stored bench {benches[p]} run in {args.results}/ with what its reader "
+    benches = {p: " or ".join(f"bench {b}" for b, plugin in READS.items() if plugin == p) for p in READS.values()}
+    missing = {p: NOT_READ.get(p) or f"no stored {benches[p]} run in {args.results}/ with what its reader "
                                       f"compares (the reader is built)" for p in PLUGINS if p not in compared}
+    # a plugin with several readers (stage fusion: intra- and inter-stage): its worst row
     errors = {p: float(max(r["error"] for r in rows if r["plugin"] == p)) for p in compared}
     worst = max(errors.values(), default=None)
     papers = paper_rows()

@@ -21,6 +21,12 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
 - ``fusion-executor`` (RLHFuse): the per-stage forward and backward seconds measured on the real
   pipeline stages; separate 1F1B over the fused schedule, stage fusion's own search
   (:func:`rlweave.plan.training.pipeline_fusion`) on those costs against the measured steps.
+- ``fusion-inter`` (RLHFuse, inter-stage): per round, the stream run's fitted engine cost, the
+  fused run's inference per sample, dynamic batch and prompt tokens, verl's measured inference
+  stage and the workload's lengths; verl sync's stage (generation up to its replay buffer's
+  poll, then its inference) over the plugin's fused one, each step's migration chosen by the
+  plugin's own ``plan_migration`` on the step before (:mod:`rlweave.plan.inter_stage`), median
+  over the rounds; likewise with verl's 50 ms poll, and streaming without migration over fused.
 - ``moe`` (ReLibra): its measured part, Megatron's MoE layer and ReLibra's on gloo at EP 2; the
   busiest rank's tokens under each placement as the run counted them
   (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
@@ -41,12 +47,17 @@ from collections.abc import Callable
 import numpy as np
 
 from rlweave.benchmarks.agentic_workload import synthetic
+from rlweave.benchmarks.fusion_inter import FUSED, INFERENCE_MICRO, RUNS, STREAM, VERL, VERL_FAST
 from rlweave.benchmarks.plan_papers import agentic_baseline
+from rlweave.benchmarks.stream import FAST_POLL_S, VERL_POLL_S
 from rlweave.plan.generation import FCFS, INDEX, ORACLE, PLUGIN_POLICIES, predict_agentic, serve_open_loop
+from rlweave.plan.inter_stage import InterStageFusion, InterStageSetup, inter_stage_fusion
 from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
+from rlweave.plugins.stage_fusion.options import StageFusionConfig
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel, Request
-from rlweave.types import EngineInfo
+from rlweave.types import EngineInfo, RolloutInstance
 
 SIMULATED, MODELLED = "SIMULATED", "MODELLED"
 
@@ -121,6 +132,56 @@ def fusion_executor_rows(record: dict, source: str) -> list[dict]:
                  "each stage's forward and backward seconds as measured (median over the rounds)")]
 
 
+VERL_POLLS = {VERL: VERL_POLL_S, VERL_FAST: FAST_POLL_S}  # how often each verl run looks for the finished batch
+FUSION_INTER_STEPS = 6  # drawn steps: the first plans the second, ..., as steps 2-6 of the run
+
+
+def fusion_inter_model(runs: dict[str, dict], lengths: list[int], prompts: int, slots: int,
+                       seed: int) -> InterStageFusion:
+    """One round of a stored ``bench fusion-inter`` on :func:`rlweave.plan.inter_stage.inter_stage_fusion`:
+    the engine cost fitted on the round's stream run, the fused run's layout (a replica on the
+    trainer's core and one beside it, ``slots`` each), its inference per sample as the trainer
+    measured it (or beside an engine, over the plugin's slowdown), its dynamic batch and prompt
+    tokens; steps of ``prompts`` samples drawn from the workload's ``lengths``."""
+    cost, fused = runs[STREAM]["cost_model"], runs[FUSED]
+    slowdown = StageFusionConfig().shared_slowdown
+    per_sample = fused["inference_s_per_sample"] or fused["inference_s_per_sample_shared"] / slowdown
+    setup = InterStageSetup(
+        engine_cost(cost["decode_base_ms"] / 1e3, cost["decode_per_seq_ms"] / 1e3, cost["prefill_us_per_token"] / 1e6),
+        (RolloutInstance("core 1", False, slots), RolloutInstance("core 0", True, slots)),
+        InferenceCost(per_sample, slowdown, RUNS[FUSED][1] * INFERENCE_MICRO), round(fused.get("prompt_len", 0)))
+    rng = np.random.default_rng(seed)
+    steps = [rng.choice(lengths, prompts, replace=False).tolist() for _ in range(FUSION_INTER_STEPS)]
+    return inter_stage_fusion(steps, setup, seed)
+
+
+def fusion_inter_rows(record: dict, source: str) -> list[dict]:
+    """verl sync's generation+inference stage (and the 50 ms poll's, and streaming without
+    migration) over rlweave fused's in a stored ``bench fusion-inter``: per round,
+    :func:`fusion_inter_model`, verl's stage its simulated generation up to its next poll plus
+    the inference stage it measured; median over the rounds."""
+    d = record["details"]
+    lengths = [row[0] for row in d["lengths"]]
+    seed = option(record.get("argv", []), "--seed", 0)
+    predicted: dict[str, list[float]] = {}
+    measured: dict[str, list[float]] = {}
+    for runs in d["rounds"]:
+        if FUSED not in runs or STREAM not in runs:
+            continue
+        model = fusion_inter_model(runs, lengths, d["setup"]["prompts"], d["setup"]["slots"], seed)
+        stages = {label: model.sequential_s(runs[label]["inference_s"], poll)
+                  for label, poll in VERL_POLLS.items() if label in runs} | {STREAM: model.streamed_mean_s}
+        for label, stage in stages.items():
+            predicted.setdefault(label, []).append(stage / model.fused_mean_s)
+            measured.setdefault(label, []).append(runs[label]["stage_s"] / runs[FUSED]["stage_s"])
+    inputs = (f"{len(d['rounds'])} round(s): the stream run's engine cost, the fused run's inference per sample, "
+              f"dynamic batch and prompt tokens, verl's measured inference stage, {FUSION_INTER_STEPS - 1} steps "
+              f"of {d['setup']['prompts']} drawn from the workload's lengths")
+    return [_row("stage_fusion", f"fusion-inter: {label} over rlweave fused (stage)", source,
+                 statistics.median(predicted[label]), statistics.median(measured[label]), inputs)
+            for label in predicted]
+
+
 def moe_rows(record: dict, source: str) -> list[dict]:
     """Megatron's MoE layer over ReLibra's in a stored ``bench moe`` run's measured part (EP 2 on
     gloo; none where it was skipped): :func:`rlweave.plan.training.expert_balance_speedup` on
@@ -193,11 +254,11 @@ def _serving_ratios(workload: list[dict], load: float, engines: list[EngineModel
     return ratios
 
 READERS: dict[str, Callable[[dict, str], list[dict]]] = {
-    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows,
-    "serving": serving_rows}
-# the plugin each reader's rows compare
+    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows,
+    "fusion-inter": fusion_inter_rows, "moe": moe_rows, "serving": serving_rows}
+# the plugin each reader's rows compare (a plugin may have several readers)
 READS = {"agentic": "agentic_rollout", "stream": "stream_generation", "fusion-executor": "stage_fusion",
-         "moe": "replay_balance", "serving": "preemptive_serving"}
+         "fusion-inter": "stage_fusion", "moe": "replay_balance", "serving": "preemptive_serving"}
 
 # why no stored run of these plugins is compared, even where one is stored
 NOT_READ = {

@@ -107,6 +107,9 @@ class Setup:
                 f"trainer.v1.separate_async.parameter_sync_step={self.prompts // self.minibatch}")
 
 
+# verl's replay buffer looks for the finished batch every poll_interval: its default, and the
+# ablation's (verl_fast_poll)
+VERL_POLL_S, FAST_POLL_S = 2.0, 0.05
 FAST_POLL = ("trainer.v1.sampler.custom_sampler.path=pkg://rlweave.benchmarks.verl_fast_poll",
              "trainer.v1.sampler.custom_sampler.name=FastPollReplayBuffer")
 ROLLOUT_LOG_PROBS = ("algorithm.rollout_correction.bypass_mode=true",)

@@ -11,7 +11,7 @@ from typing import Any
 
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-POLL_S = 0.05
+from rlweave.benchmarks.stream import FAST_POLL_S as POLL_S
 
 
 class FastPollReplayBuffer(ReplayBuffer):

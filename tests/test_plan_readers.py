@@ -14,17 +14,31 @@ import pytest
 
 from rlweave.benchmarks.plan import PLUGINS, run
 from rlweave.benchmarks.fusion_executor import ACTOR_PP
-from rlweave.benchmarks.plan_readers import NOT_READ, READS, fusion_executor_rows, moe_rows, serving_rows, stream_rows
+from rlweave.benchmarks.fusion_inter import FUSED, STREAM, VERL, VERL_FAST
+from rlweave.benchmarks.plan_readers import (
+    NOT_READ,
+    READS,
+    VERL_POLLS,
+    fusion_executor_rows,
+    fusion_inter_model,
+    fusion_inter_rows,
+    moe_rows,
+    serving_rows,
+    stream_rows,
+)
 from rlweave.benchmarks.stream import ASYNC_DISAGG, ONPOLICY_DISAGG, stored_predictions
 from rlweave.plan.generation import serve_open_loop
+from rlweave.plan.inter_stage import InterStageSetup, generation_s, inter_stage_fusion
 from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel, Request
-from rlweave.types import EngineInfo
+from rlweave.types import EngineInfo, RolloutInstance
 
 # Runs on the CPU rig, kept beside the tests (bench-results/ is ignored): `rlweave bench stream
 # --workload long` with the two disaggregated runs (one round, and two rounds an hour later),
-# `rlweave bench fusion-executor`, and `rlweave bench moe` cut to its measured part.
+# `rlweave bench fusion-executor`, `rlweave bench fusion-inter` (one round, contended runs only)
+# and `rlweave bench moe` cut to its measured part.
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -70,6 +84,68 @@ def test_moe_is_planned_on_its_busiest_ranks_tokens():
     assert moe_rows({"benchmark": "moe", "headline": {}, "details": {"measured_ep2": None}}, "moe.json") == []
 
 
+# one token a second whatever the batch; the first instance on the trainer's core (inference
+# there runs twice as slow beside a decoding engine), the second beside it
+SECOND = engine_cost(1.0, 0.0, 0.0)
+HAND = InterStageSetup(SECOND, (RolloutInstance("shared", True, 8), RolloutInstance("free", False, 8)),
+                       InferenceCost(1.0, shared_slowdown=2.0))
+
+
+def test_the_tail_migration_model_on_a_case_worked_by_hand():
+    """Two samples of 1 and 5 tokens, inferred 1 s each. verl: generation ends at 5 s, seen at
+    the next poll (6 s at a 2 s poll, 5 s at 0.5 s), then its 0.5 s of inference. Streamed with
+    the 5-token sample on the free instance: the shared core is idle from 1 s, the short one is
+    inferred by 2 s, the long one by 6 s. With it on the shared core: its second token (1-2 s)
+    began before the short one's inference; the third runs beside the inference's last half
+    second (1 s at half speed from 1 s) and takes 1.5 s; the last two end at 5.5 s, inferred by
+    6.5 s. The plugin migrates the tail (threshold 1) when the short sample ends at 1 s: the long
+    one goes on on the free instance, done at 5 s and inferred by 6 s in either dispatch."""
+    assert generation_s([1, 5], HAND.instances, SECOND) == pytest.approx(5.0)
+    model = inter_stage_fusion([[1, 5], [1, 5]], HAND)
+    assert model.generation_s == pytest.approx((5.0,)) and model.thresholds == (1,)
+    assert model.fused_s == pytest.approx((6.0,))
+    halves = 16 * (model.streamed_mean_s - 6.0)  # each of the 8 dispatch orders gives 6 s or 6.5 s
+    assert 0 < halves <= 8 and halves == pytest.approx(round(halves))
+    assert model.sequential_s(0.5, poll_s=2.0) == pytest.approx(6.5)
+    assert model.sequential_s(0.5, poll_s=0.5) == pytest.approx(5.5)
+    # The plan comes from the step before: two 5-token samples end together, nothing to migrate,
+    # so the next step streams without a plan.
+    unplanned = inter_stage_fusion([[5, 5], [1, 5]], HAND)
+    assert unplanned.thresholds == (0,) and unplanned.fused_s == unplanned.streamed_s
+
+
+def _fusion_inter_record(verl_stage: float = 1.2) -> dict:
+    cost = {"decode_base_ms": 10.0, "decode_per_seq_ms": 2.0, "prefill_us_per_token": 50.0}
+    runs = {VERL: {"stage_s": verl_stage, "inference_s": 0.3}, VERL_FAST: {"stage_s": 0.6, "inference_s": 0.25},
+            STREAM: {"stage_s": 0.7, "cost_model": cost},
+            FUSED: {"stage_s": 0.5, "inference_s_per_sample": 0.05, "inference_s_per_sample_shared": 0.08,
+                    "prompt_len": 20.0}}
+    return {"benchmark": "fusion-inter", "argv": ["--repeats", "1"], "headline": {},
+            "details": {"rounds": [runs], "lengths": [[n] for n in (4, 30, 6, 2, 16, 3, 8, 5)],
+                        "setup": {"prompts": 4, "minibatch": 8, "slots": 2, "max_len": 30}}}
+
+
+def test_fusion_inter_is_planned_from_each_rounds_stored_inputs():
+    record = _fusion_inter_record()
+    runs = record["details"]["rounds"][0]
+    model = fusion_inter_model(runs, [4, 30, 6, 2, 16, 3, 8, 5], prompts=4, slots=2, seed=0)
+    rows = {r["case"].split(": ", 1)[1].split(" over ")[0]: r for r in fusion_inter_rows(record, "fi.json")}
+    assert set(rows) == {VERL, VERL_FAST, STREAM}
+    for label, poll in VERL_POLLS.items():
+        assert rows[label]["predicted"] == pytest.approx(model.sequential_s(runs[label]["inference_s"], poll)
+                                                         / model.fused_mean_s)
+        assert rows[label]["measured"] == pytest.approx(runs[label]["stage_s"] / 0.5)
+    assert rows[STREAM]["predicted"] == pytest.approx(model.streamed_mean_s / model.fused_mean_s)
+    assert all(r["plugin"] == "stage_fusion" and r["label"] == "SIMULATED" for r in rows.values())
+    # the 2 s poll rounds verl's generation (tens of milliseconds here) up to 2 s
+    assert rows[VERL]["predicted"] > rows[VERL_FAST]["predicted"]
+    # the stored engine cost is what it plans on: a slower engine moves the prediction
+    slow = _fusion_inter_record()
+    slow["details"]["rounds"][0][STREAM]["cost_model"]["decode_base_ms"] = 40.0
+    moved = {r["case"]: r["predicted"] for r in fusion_inter_rows(slow, "fi.json")}
+    assert all(moved[r["case"]] != pytest.approx(r["predicted"]) for r in rows.values())
+
+
 SETUP = {"prompts": 4, "group": 2, "minibatch": 1, "slots": 4, "max_len": 16}
 LENGTHS = [[4, 6], [16, 2], [3, 3], [8, 12], [5, 5], [2, 9]]
 
@@ -113,8 +189,14 @@ def test_every_plugin_is_compared_or_says_why_not(tmp_path):
     (tmp_path / "fusion-executor.json").write_text(json.dumps(_fusion_record([[1.0, 1.0], [2.0, 2.0]],
                                                                              [[1.0, 1.0], [2.0, 2.0]], 1.1)))
     (tmp_path / "stream.json").write_text(json.dumps(_stream_record()))
-    h = run(argparse.Namespace(results=str(tmp_path))).headline
+    (tmp_path / "fusion-inter.json").write_text(json.dumps(_fusion_inter_record(verl_stage=3.0)))
+    result = run(argparse.Namespace(results=str(tmp_path)))
+    h = result.headline
     assert set(h["error_per_plugin"]) == {"stage_fusion", "stream_generation"}
+    # stage fusion has two readers: its error is the worse of their rows
+    fusion = [r for r in result.details["rows"] if r["plugin"] == "stage_fusion"]
+    assert {r["case"].split(":")[0] for r in fusion} == {"fusion-executor", "fusion-inter"}
+    assert h["error_per_plugin"]["stage_fusion"] == max(r["error"] for r in fusion)
     assert set(h["error_per_plugin"]) | set(h["not_compared"]) == set(PLUGINS)
     assert "no stored bench agentic run" in h["not_compared"]["agentic_rollout"]
     for plugin, why in NOT_READ.items():
@@ -210,3 +292,20 @@ def test_the_stored_serving_run_is_planned_on_its_own_requests_engine_and_rates(
     assert moved["0.95"] > rows["0.95"]["predicted"]
     del slow["details"]["block_size"]  # recorded before the run kept it: nothing to plan from
     assert serving_rows(slow, "serving.json") == []
+
+
+def test_the_stored_fusion_inter_run_is_planned_on_its_own_inputs():
+    """`rlweave bench fusion-inter --repeats 1 --no-uncontended --json` (2026-12-07, one round,
+    8.5 min): verl's stage, its generation to the next 2 s poll and its measured inference, over
+    the plugin's fused stage; the 50 ms poll's generation is where the model misses (the stream
+    run's engine cost, fitted beside the trainer, is slower than verl's engines alone)."""
+    record = json.loads((DATA / "bench-fusion-inter.json").read_text())
+    runs = record["details"]["rounds"][0]
+    rows = {r["case"].split(": ", 1)[1].split(" over ")[0]: r for r in fusion_inter_rows(record, "fi.json")}
+    for label, predicted in ((VERL, 1.51738), (VERL_FAST, 1.15946), (STREAM, 1.23340)):
+        assert rows[label]["predicted"] == pytest.approx(predicted, abs=5e-5), label
+        assert rows[label]["measured"] == pytest.approx(runs[label]["stage_s"] / runs[FUSED]["stage_s"])
+    assert rows[VERL]["measured"] == pytest.approx(record["headline"]["speedup"], abs=5e-4)
+    assert rows[STREAM]["measured"] == pytest.approx(record["headline"]["speedup_vs_stream"], abs=5e-4)
+    model = fusion_inter_model(runs, [n for n, in record["details"]["lengths"]], 16, 4, 0)
+    assert all(0 < t < 16 for t in model.thresholds)  # the plugin migrates every predicted step's tail

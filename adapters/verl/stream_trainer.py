@@ -538,6 +538,7 @@ class RlweaveStreamTrainer(PPOTrainer):
             metrics[f"{FUSION_METRIC}/migrated"] = float(self._migration.migrated)
             metrics[f"{FUSION_METRIC}/inference_s_per_sample"] = self._inference_s_per_sample[True]
             metrics[f"{FUSION_METRIC}/inference_s_per_sample_shared"] = self._inference_s_per_sample[False]
+            metrics[f"{FUSION_METRIC}/prompt_len"] = float(self._prompt_len)  # what a migrated sample re-prefills
 
     def _take_unit(self, streamed_updates: bool) -> int:
         """Groups per dynamic batch unit: a PPO mini-batch where its optimizer step streams;

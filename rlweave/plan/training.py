@@ -167,11 +167,14 @@ def predict_resilience(base: Baseline) -> PluginPrediction:
 
 def predict_stage_fusion(base: Baseline) -> PluginPrediction:
     """RLHFuse fills pipeline bubbles (intra-stage) and migrates the generation tail
-    (inter-stage); neither has a baseline to gain on here."""
+    (inter-stage); neither has a baseline to gain on here. The migration's model
+    (:mod:`rlweave.plan.inter_stage`) needs a layout with instances beside the trainer's
+    devices, which verl's default (every replica on the trainer's devices) does not have."""
     return no_prediction("stage_fusion", base.step.step_s,
                          "the default's training model has no pipeline bubbles to fill (train-flops) and the trace "
-                         "holds no per-micro-batch costs; the generation-tail migration's model is not yet on "
-                         "rlweave.sim")
+                         "holds no per-micro-batch costs; the generation-tail migration (rlweave.plan.inter_stage) "
+                         "needs instances off the trainer's devices to migrate onto, and verl's default colocates "
+                         "every replica on them")
 
 
 @dataclass(frozen=True)
