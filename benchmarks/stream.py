@@ -35,7 +35,8 @@ workload took just before the run (this machine's speed drifts by tens of percen
 the CPU went over those steps (:mod:`rlweave.benchmarks.cpu_usage`: the host-side processes
 share the cores that stand for devices, so a worker's idle can be CPU they took). The planner
 (:mod:`rlweave.plugins.stream_generation.planner`) predicts each mode's step from profiles
-measured in the verl sync run (engine tokens/s per batch size from its iterations; training
+measured in the verl sync run (engine tokens/s per batch size from its iterations, at the
+engine's measured busy time, :func:`at_measured_busy`; training
 seconds per sample from the trainer's busy time, its step less its waits for generation and the
 weight push; the weight push from verl's timings); its error against the measured step is
 reported with the idle it predicts per stage (async is simulated over six steps, a random draw
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
 DEFERRED_STAGES = ("update_actor",)  # what on-policy streaming runs after the step's last group
 IDLE_GAP_S = 0.1
+VERL_POLL_S = 2.0  # verl's ReplayBuffer(poll_interval=2.0): its synchronous loop looks for the batch this often
 BALANCE_DEVICES = (2, 4, 8, 16)  # pool sizes the planner splits in simulation (async, streamed updates)
 
 
@@ -379,6 +381,26 @@ def engine_profile(spans: list[dict], slots: int) -> Any:
     return GenerationProfile(tuple(int(b) for b in batch), tuple(float(b / t) for b, t in zip(batch, seconds, strict=True)))
 
 
+def engine_busy_s(run: dict[str, Any]) -> float:
+    """The engine's busy seconds per step as ``run``'s trace measured them: its iterations,
+    prefill and slow ones included (the mean over its engines)."""
+    idle = [v for k, v in run["idle"].items() if k.startswith("engine")]
+    return (1 - statistics.mean(idle)) * run["step_s"]
+
+
+def at_measured_busy(profile: Any, sync_run: dict[str, Any], draws: list[np.ndarray]) -> Any:
+    """``profile`` slowed so that verl's batches (``draws``, in its dispatch order) keep the
+    engine busy as long as the verl sync run measured (:func:`engine_busy_s`). The profile is
+    the median of the pure-decode iterations at each batch size: it leaves out the iterations
+    that prefill the prompts and the slow ones (the host side's processes share the cores),
+    which make the engine's measured busy time 1.3 to 1.5 times the profile's on the stored
+    runs. The profile keeps its shape; its level is the run's measured time."""
+    from rlweave.plugins.stream_generation.planner import simulate_generation
+
+    simulated = statistics.mean(float(simulate_generation(d, [profile])[1].sum()) for d in draws)
+    return profile.slowed(engine_busy_s(sync_run) / simulated)
+
+
 def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[list[int]],
                   setup: Setup, seed: int) -> dict[str, Any]:
     """Predicted step per mode, averaged over random batches of the workload's prompts (a
@@ -389,7 +411,8 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
     with that run's weight push and latencies."""
     from rlweave.plugins.stream_generation.planner import PlanMode, plan, simulate_generation
 
-    check = _PlannerCheck.of(sync_spans, runs, lengths, setup, seed)
+    profiled = engine_profile(sync_spans, setup.slots)
+    check = _PlannerCheck.from_profile(profiled, runs, lengths, setup, seed)
     pool, train_s, weight_sync_s = check.pool_of(runs["verl sync"])
     cases, profiles = _planner_cases(check, runs, (pool, weight_sync_s, check.latencies))
     predicted, predicted_idle = _predicted_steps(check, cases)
@@ -399,43 +422,41 @@ def planner_check(sync_spans: list[dict], runs: dict[str, dict], lengths: list[l
     bounds = {"lower_bound_step_s": max(gen_alone, train_s)}
     if SYNC_ROLLOUT_LP in runs:  # training without the old log-prob pass
         bounds["lower_bound_step_s_rollout_log_probs"] = max(gen_alone, check.pool_of(runs[SYNC_ROLLOUT_LP])[1])
-    generation = check.generation
     return {"predicted_step_s": predicted, "predicted_idle": predicted_idle,
             "error": {k: abs(v - runs[k]["step_s"]) / runs[k]["step_s"] for k, v in predicted.items() if k in runs},
             **bounds, "generation_alone_s": gen_alone, "training_s": train_s,
             "dispatch_s": check.latencies[0], "delivery_s": check.latencies[1],
-            "engine_tokens_per_s": dict(zip(generation.batch_sizes, generation.tokens_per_s, strict=True)),
+            "engine_tokens_per_s": dict(zip(profiled.batch_sizes, profiled.tokens_per_s, strict=True)),
+            "engine_slowed": profiled.tokens_per_s[-1] / check.generation.tokens_per_s[-1],
             "plan": chosen.describe(), "balanced_plans_simulated": _balanced_plans(check, profiles),
             "profile": plan_profile(profiles, check.table)}
 
 
 @dataclass
 class _PlannerCheck:
-    """What every prediction of :func:`planner_check` shares: the engine profile, the
-    workload's prompts (``table``: [prompts, group] lengths) and its random draws, verl's
-    latencies around generation (as its loop has them with rlweave's poll)."""
+    """What every prediction of :func:`planner_check` shares: the engine profile (its level
+    set by :func:`at_measured_busy`), the workload's prompts (``table``: [prompts, group]
+    lengths) and its random draws, verl's latencies around generation (as its loop has them
+    with rlweave's poll)."""
 
     setup: Setup
-    generation: Any  # the planner's GenerationProfile
+    generation: Any  # the planner's GenerationProfile, at the verl sync run's measured busy time
     table: np.ndarray
     draws: list[np.ndarray]
     rng: np.random.Generator  # after the draws: the balanced plans draw from it
     latencies: tuple[float, float]
 
     @classmethod
-    def of(cls, sync_spans: list[dict], runs: dict[str, dict], lengths: list[list[int]], setup: Setup,
-           seed: int) -> _PlannerCheck:
-        return cls.from_profile(engine_profile(sync_spans, setup.slots), runs, lengths, setup, seed)
-
-    @classmethod
     def from_profile(cls, generation: Any, runs: dict[str, dict], lengths: list[list[int]], setup: Setup,
                      seed: int) -> _PlannerCheck:
-        """The same with the engine profile given (a stored run's ``engine_tokens_per_s``)."""
+        """From the engine profile of the verl sync run (:func:`engine_profile`, or a stored
+        run's ``engine_tokens_per_s``)."""
         rng = np.random.default_rng(seed)
         table = np.asarray(lengths, dtype=float)
         draws = [table[rng.choice(len(table), setup.prompts, replace=False)] for _ in range(32)]
         latencies = runs.get("verl sync, 50 ms poll", runs["verl sync"])
-        return cls(setup, generation, table, draws, rng, (latencies["dispatch_s"], latencies["delivery_s"]))
+        return cls(setup, at_measured_busy(generation, runs["verl sync"], draws), table, draws, rng,
+                   (latencies["dispatch_s"], latencies["delivery_s"]))
 
     def pool_of(self, run: dict[str, Any], streamed_updates: bool = False) -> tuple[Any, float, float]:
         """The pool with ``run``'s training profile, its training seconds and weight sync.
@@ -457,11 +478,12 @@ class _PlannerCheck:
                 train_s, run["stage_s"]["update_weights"])
 
     def batch(self, prompt_lengths: np.ndarray, mode: Any, weight_sync_s: float,
-              latency: tuple[float, float] | None = None, following: Sequence[np.ndarray] = ()) -> Any:
+              latency: tuple[float, ...] | None = None, following: Sequence[np.ndarray] = ()) -> Any:
         """A step's groups (and, async, the next steps') in the order they are dispatched: verl's
         own for its loop, and rlweave's skewness-aware order (:func:`tail_first_order`) by the
         true lengths (the ranker knows a prompt's length once it has seen the prompt) for its
-        modes. ``latency``: verl's where not given."""
+        modes. ``latency``: (dispatch, delivery[, poll]) as :class:`Workload` takes them; verl's
+        where not given."""
         from rlweave.plugins.stream_generation.options import StreamGenerationConfig
         from rlweave.plugins.stream_generation.planner import PlanMode, Workload
         from rlweave.plugins.stream_generation.ranker import tail_first_order
@@ -525,8 +547,8 @@ def stored_predictions(engine_tokens_per_s: dict[str, float], runs: dict[str, di
                        setup: dict[str, int], seed: int) -> dict[str, float]:
     """The planner's predicted step of every run of one stored round, from that round's own
     inputs as the JSON keeps them (the verl sync run's engine profile, each run's stages and
-    latencies): :func:`planner_check`'s predictions, and verl sync's own (colocated, its pool and
-    latencies), for ``rlweave bench plan``."""
+    latencies): :func:`planner_check`'s predictions, and verl sync's own (colocated, its pool,
+    its dispatch and its replay buffer's poll), for ``rlweave bench plan``."""
     from rlweave.plugins.stream_generation.planner import GenerationProfile, PlanMode
 
     table = sorted((int(b), float(t)) for b, t in engine_tokens_per_s.items())
@@ -535,7 +557,9 @@ def stored_predictions(engine_tokens_per_s: dict[str, float], runs: dict[str, di
     pool, _, weight_sync_s = check.pool_of(runs["verl sync"])
     verl = runs["verl sync"]
     cases, _ = _planner_cases(check, runs, (pool, weight_sync_s, check.latencies))
-    cases.append((pool, weight_sync_s, (verl["dispatch_s"], verl["delivery_s"]), "verl sync", PlanMode.COLOCATED))
+    # verl's own replay buffer looks for the batch every 2 s: the poll, not a measured delivery
+    # (the stored one is mostly the wait for that poll, after the engine's measured last token)
+    cases.append((pool, weight_sync_s, (verl["dispatch_s"], 0.0, VERL_POLL_S), "verl sync", PlanMode.COLOCATED))
     return _predicted_steps(check, cases)[0]
 
 

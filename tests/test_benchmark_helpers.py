@@ -120,6 +120,26 @@ def test_stream_bench_profiles_the_engine_from_its_decode_iterations():
     assert profile.tokens_per_s == pytest.approx((100.0, 200.0, 200.0, 200.0, 250.0))
 
 
+def test_stream_bench_sets_the_engine_profile_at_the_measured_busy_time():
+    """Worked by hand: an engine whose every iteration takes 0.1 s (10 x b tokens/s at batch b,
+    4 slots) keeps busy 0.6 s on one group of lengths [4, 6] (6 iterations), and 1.0 s on
+    [4, 6] and [10, 2] (10: the longest sequence); mean 0.8 s. The verl sync run measured its
+    engine busy 40% of a 3 s step, 1.2 s: the profile is 1.5 times slower at every batch size."""
+    import numpy as np
+
+    from rlweave.benchmarks.stream import at_measured_busy, engine_busy_s
+    from rlweave.plugins.stream_generation.planner import GenerationProfile, simulate_generation
+
+    sync = {"step_s": 3.0, "idle": {"actor": 0.7, "engine ab50": 0.6}}
+    assert engine_busy_s(sync) == pytest.approx(1.2)
+    profile = GenerationProfile((1, 2, 3, 4), (10.0, 20.0, 30.0, 40.0))
+    draws = [np.array([[4.0, 6.0]]), np.array([[4.0, 6.0], [10.0, 2.0]])]
+    assert [float(simulate_generation(d, [profile])[1].sum()) for d in draws] == pytest.approx([0.6, 1.0])
+    slowed = at_measured_busy(profile, sync, draws)
+    assert slowed.tokens_per_s == pytest.approx((10 / 1.5, 20 / 1.5, 30 / 1.5, 40 / 1.5))
+    assert np.mean([simulate_generation(d, [slowed])[1].sum() for d in draws]) == pytest.approx(1.2)
+
+
 def test_stream_bench_lengths_file_is_checked(tmp_path):
     import argparse
 

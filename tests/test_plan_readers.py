@@ -154,7 +154,8 @@ def _run(step_s: float, gen: float, train: float, push: float = 0.0) -> dict:
     stages = {"reward": 0.05, "old_log_prob": train * 0.3, "ref": 0.0, "adv": 0.01, "update_actor": train * 0.7,
               "gen": gen, "update_weights": 0.1}
     return {"step_s": step_s, "samples_per_s": 8 / step_s, "stage_s": stages, "dispatch_s": 0.05,
-            "delivery_s": 0.02, "rollout_push_s": push, "streamed_updates_per_step": 0.0}
+            "delivery_s": 0.02, "rollout_push_s": push, "streamed_updates_per_step": 0.0,
+            "idle": {"actor": 0.5, "engine ab50": 1 - gen / step_s}}
 
 
 def _stream_record() -> dict:
@@ -177,12 +178,18 @@ def test_stream_is_planned_from_each_rounds_stored_inputs():
         r = rows[f"stream: verl sync over {label}"]
         assert r["plugin"] == "stream_generation" and r["measured"] == pytest.approx(3.0 / runs[label]["step_s"])
         assert r["predicted"] == pytest.approx(steps["verl sync"] / steps[label])
-    # the stored engine profile is what the planner runs on: a slower engine moves the prediction
+    # the engine runs at the verl sync run's measured busy time: a busier engine moves the
+    # prediction, and the stored profile gives only its shape (a third of its level changes nothing)
+    busy = _stream_record()
+    for runs in busy["details"]["rounds"]:
+        runs["verl sync"] = dict(runs["verl sync"], idle={"actor": 0.5, "engine ab50": 0.1})
+    moved = {r["case"]: r["predicted"] for r in stream_rows(busy, "stream.json")}
+    assert any(moved[c] != pytest.approx(r["predicted"]) for c, r in rows.items())
     slow = _stream_record()
     for check in slow["details"]["planner_rounds"]:
         check["engine_tokens_per_s"] = {b: t / 3 for b, t in check["engine_tokens_per_s"].items()}
-    moved = {r["case"]: r["predicted"] for r in stream_rows(slow, "stream.json")}
-    assert any(moved[c] != pytest.approx(r["predicted"]) for c, r in rows.items())
+    same = {r["case"]: r["predicted"] for r in stream_rows(slow, "stream.json")}
+    assert all(same[c] == pytest.approx(r["predicted"]) for c, r in rows.items())
 
 
 def test_every_plugin_is_compared_or_says_why_not(tmp_path):
@@ -204,16 +211,25 @@ def test_every_plugin_is_compared_or_says_why_not(tmp_path):
     assert h["max_planner_error_cpu"] == max(h["error_per_plugin"].values())
 
 
-@pytest.mark.parametrize("name", ["bench-stream-long.json", "bench-stream-long-2rounds.json"])
-def test_the_stored_stream_run_is_replanned_exactly_as_the_bench_planned_it(name):
+# Each round's predicted steps (s): the engine at the verl sync run's measured busy time, and
+# verl sync taking its batch at its replay buffer's 2-s poll. Measured: 2.483, 2.220, 3.357 (one
+# round); 2.880, 2.643, 4.676 and 2.830, 2.378, 4.250 (two rounds). The bench itself predicted
+# the disaggregated runs 15 to 26% short before (its JSON's planner_rounds).
+STORED_STEPS = {
+    "bench-stream-long.json": [(2.219, 1.994, 3.441)],
+    "bench-stream-long-2rounds.json": [(2.814, 2.434, 4.488), (2.516, 2.281, 3.968)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORED_STEPS))
+def test_the_stored_stream_run_is_replanned_from_its_json(name):
     """The stored inputs are enough: re-run from the JSON, StreamRL's planner gives each run's
-    step the bench itself predicted at run time (from the verl sync run's spans), every round."""
+    step, every round, and the ratio compared is the median over the rounds."""
     record = json.loads((DATA / name).read_text())
     d = record["details"]
-    for runs, check in zip(d["rounds"], d["planner_rounds"], strict=True):
+    for runs, check, pinned in zip(d["rounds"], d["planner_rounds"], STORED_STEPS[name], strict=True):
         steps = stored_predictions(check["engine_tokens_per_s"], runs, d["lengths"], d["setup"], 0)
-        for label, step in check["predicted_step_s"].items():
-            assert steps[label] == pytest.approx(step, rel=1e-12), label
+        assert [steps[label] for label in (ONPOLICY_DISAGG, ASYNC_DISAGG, "verl sync")] == pytest.approx(pinned, abs=6e-4)
     rows = stream_rows(record, "stream.json")
     labels = (ONPOLICY_DISAGG, ASYNC_DISAGG)
     assert {r["case"] for r in rows} == {f"stream: verl sync over {label}" for label in labels}

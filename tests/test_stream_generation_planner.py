@@ -119,6 +119,25 @@ def test_measured_latencies_delay_when_groups_reach_the_trainer() -> None:
         Workload(np.array([[1.0]]), minibatch_groups=1, dispatch_s=-1.0)
 
 
+def test_a_polling_trainer_takes_the_batch_at_its_next_look() -> None:
+    """verl's synchronous loop looks for the batch every 2 s from the step's start: ready at
+    0.5 + 4 + 0.25 = 4.75 s, it is seen at 6 s, then trains 2 s and pushes 0.25 s (8.25 s); a
+    batch ready at exactly 4 s is seen then, and one that needs no look is taken when ready."""
+    pools = [HardwarePool("p", 2, constant_rate(cap=8), TrainingProfile(0.5))]
+    lengths = np.array([[1.0], [2], [3], [4]])
+    split = dict(generation={"p": 1}, training={"p": 1})
+
+    def colocated(**latency: float) -> float:
+        work = Workload(lengths, minibatch_groups=1, weight_sync_s=0.25, **latency)
+        return predict(pools, work, PlanMode.COLOCATED, **split).step_s
+
+    assert colocated(dispatch_s=0.5, delivery_s=0.25, poll_s=2.0) == pytest.approx(6 + 2 + 0.25)
+    assert colocated(poll_s=2.0) == pytest.approx(4 + 2 + 0.25)
+    assert colocated(poll_s=0.0, dispatch_s=0.5) == pytest.approx(4.5 + 2 + 0.25)
+    with pytest.raises(ValueError, match="poll_s"):
+        Workload(lengths, minibatch_groups=1, poll_s=-2.0)
+
+
 def test_planner_balances_the_stages_on_one_pool() -> None:
     """Equal lengths, 8 slots per engine: an engine makes 0.8 samples/s (8 at a time, 10 s
     each), a trainer 1 sample/s. Async, the engines fill their free slots with the next batch,

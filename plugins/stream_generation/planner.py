@@ -19,7 +19,9 @@ order (sort them by the ranker's scores for skewness-aware dispatch):
 - **Training** runs data-parallel over the training instances at ``sum(1 / seconds_per_sample)``
   samples/s.
 - ``colocated`` (verl's synchronous loop): every device generates, then every device trains:
-  ``dispatch_s + T_gen + delivery_s + T_train + weight_sync_s``.
+  ``dispatch_s + T_gen + delivery_s + T_train + weight_sync_s``. Where the trainer learns of
+  the batch by polling every ``poll_s`` from the step's start (verl's replay buffer: 2 s), it
+  takes the batch at the first poll after ``dispatch_s + T_gen + delivery_s``.
 - ``on_policy`` (stream): whenever the trainer is free it takes every complete group, in whole
   mini-batches of ``minibatch_groups`` (a dynamic batch; at least one mini-batch, waiting for
   it; groups are ready ``dispatch_s + delivery_s`` after their simulated completion), and
@@ -56,7 +58,7 @@ Prefill is not modelled separately (measure the generation profile with realisti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from itertools import product
 
@@ -121,6 +123,12 @@ class GenerationProfile:
         slot count)."""
         return EngineModel.from_throughput(self.batch_sizes, self.tokens_per_s)
 
+    def slowed(self, factor: float) -> GenerationProfile:
+        """The same engine, every batch size ``factor`` times slower (``factor`` < 1: faster)."""
+        if factor <= 0:
+            raise ValueError(f"GenerationProfile.slowed: factor must be > 0, got {factor}")
+        return replace(self, tokens_per_s=tuple(t / factor for t in self.tokens_per_s))
+
 
 @dataclass(frozen=True)
 class TrainingProfile:
@@ -163,14 +171,17 @@ class Workload:
     new weights to the engines. ``dispatch_s``: from the step's start until the engines run
     its prompts (the framework submitting them); ``delivery_s``: from a group's last token until
     the trainer holds it (the framework storing and announcing it). Both are measured, not
-    modelled. ``following``: the batches of the steps after this one, the same shape (async
-    mode generates them while this one trains); empty: this batch again."""
+    modelled. ``poll_s``: colocated only, the trainer looks for the finished batch every
+    ``poll_s`` from the step's start (verl's synchronous replay buffer sleeps 2 s between looks);
+    0: it is told at once. ``following``: the batches of the steps after this one, the same
+    shape (async mode generates them while this one trains); empty: this batch again."""
 
     lengths: np.ndarray
     minibatch_groups: int
     weight_sync_s: float = 0.0
     dispatch_s: float = 0.0
     delivery_s: float = 0.0
+    poll_s: float = 0.0
     following: tuple[np.ndarray, ...] = ()
 
     def __post_init__(self) -> None:
@@ -181,10 +192,10 @@ class Workload:
         if any(np.shape(b) != lengths.shape or np.any(np.asarray(b) < 1) for b in self.following):
             raise ValueError(f"every Workload.following batch must have the shape of lengths {lengths.shape} "
                              f"and positive token counts")
-        if self.minibatch_groups < 1 or min(self.weight_sync_s, self.dispatch_s, self.delivery_s) < 0:
+        if self.minibatch_groups < 1 or min(self.weight_sync_s, self.dispatch_s, self.delivery_s, self.poll_s) < 0:
             raise ValueError(f"minibatch_groups ({self.minibatch_groups}) must be >= 1, and weight_sync_s "
-                             f"({self.weight_sync_s}), dispatch_s ({self.dispatch_s}) and delivery_s "
-                             f"({self.delivery_s}) >= 0")
+                             f"({self.weight_sync_s}), dispatch_s ({self.dispatch_s}), delivery_s "
+                             f"({self.delivery_s}) and poll_s ({self.poll_s}) >= 0")
 
     @property
     def samples(self) -> int:
@@ -458,7 +469,7 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         engine_s = (1 - steady.generation_idle) * step * sum(e.devices for e in engines)
     else:
         if mode is PlanMode.COLOCATED:
-            step = latency + t_gen + t_train + workload.weight_sync_s
+            step = _first_poll(latency + t_gen, workload.poll_s) + t_train + workload.weight_sync_s
         else:
             deferred = _deferred_share(by_name, training)
             step = (_stream_preparation(np.sort(done) + latency, workload.minibatch_groups,
@@ -486,6 +497,12 @@ def _shared_core_floor(used: list[HardwarePool], samples: int, engine_s: float) 
     if len(used) != 1 or not used[0].cpu_s_per_sample:
         return 0.0
     return (engine_s + samples * used[0].cpu_s_per_sample) / used[0].devices
+
+
+def _first_poll(ready_s: float, poll_s: float) -> float:
+    """When a trainer that looks every ``poll_s`` from the step's start (0: at once) first sees
+    a batch ready at ``ready_s``."""
+    return poll_s * math.ceil(ready_s / poll_s) if poll_s else ready_s
 
 
 def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:
