@@ -31,8 +31,9 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
   busiest rank's tokens under each placement as the run counted them
   (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
 - ``serving`` (FastServe): per load and round, the run's own requests (its seeded workload at
-  the round's rate) on the engine model it fitted (requests alone, the FCFS engine's saturation
-  probe), under FCFS and under the preemptive_serving plugin's own scheduler
+  the round's rate), under FCFS and under the preemptive_serving plugin's own scheduler, each on
+  its own engine's model (requests alone, their fixed cost outside the iterations, and that
+  engine's saturation probe)
   (:func:`rlweave.plan.generation.serve_open_loop`); FCFS's mean normalised latency over the
   policy's, median over the rounds.
 
@@ -204,13 +205,14 @@ SERVING_INPUTS = {"levels", "policies", "capacity_req_s", "calibration_tokens_pe
 def serving_rows(record: dict, source: str) -> list[dict]:
     """FCFS's mean normalised latency over each preemptive policy's, per load, of a stored
     ``bench serving`` run (its engine client, synthetic workload; none for a trace or ``--client
-    vllm``): per round, the run's requests at that round's rate on the engine model it fitted
-    (requests alone and the FCFS engine's saturation probe, not the speed calibrated to the
-    measured FCFS), FCFS against the plugin's own scheduler, median over the rounds. None for a
-    run that lacks any of :data:`SERVING_INPUTS`."""
+    vllm``): per round, the run's requests at that round's rate, each policy on the engine model
+    fitted to requests alone (their fixed cost as latency outside the iterations) and to its own
+    engine's saturation probe that round (not the speed calibrated to the measured FCFS), FCFS
+    against the plugin's own scheduler, median over the rounds. None for a run that lacks any of
+    :data:`SERVING_INPUTS`."""
     from rlweave.benchmarks.serving import synthetic_workload, unit_rate
     from rlweave.benchmarks.serving_ceiling import fit_engine
-    from rlweave.benchmarks.serving_engine import ALONE, probe_lengths
+    from rlweave.benchmarks.serving_engine import ALONE, PROBE_REQUESTS, probe_lengths
 
     details, argv = record["details"], record.get("argv", [])
     if details.get("client") == "vllm" or "--trace" in argv or not SERVING_INPUTS <= set(details):
@@ -219,35 +221,36 @@ def serving_rows(record: dict, source: str) -> list[dict]:
                                             details["workload"]))
     slots, (prompt, output) = details["max_num_seqs"], probe_lengths(workload)
     # what each engine finished before its first load: the calibration's probes and requests alone
-    history = [output] * 3 * 64 + [n for _, n in ALONE for _ in range(3)]
-    engines = [fit_engine(details["alone_fit_fixed_prompt_output_s"], probe, prompt, output, slots)
-               for probe in details["calibration_tokens_per_s"]["fcfs"]]
+    history = [output] * 3 * PROBE_REQUESTS + [n for _, n in ALONE for _ in range(3)]
+    engines = {p: [fit_engine(details["alone_fit_fixed_prompt_output_s"], probe, prompt, output, slots, PROBE_REQUESTS)
+                   for probe in details["calibration_tokens_per_s"][p]] for p in details["policies"]}
     rows = []
     for key, level in details["levels"].items():
         ratios = _serving_ratios(workload[: level["requests"]], float(key), engines, details, history)
         rows += [_row("preemptive_serving", f"serving: FCFS over {p} ({PLUGIN_POLICIES[p]}), mean normalised "
                                             f"latency at load {key}", source, statistics.median(ratios[p]),
                       level[p]["vs_fcfs"]["mean_norm_latency_s"]["median"],
-                      f"{len(ratios[p])} round(s): the engine model fitted to requests alone and each round's "
-                      f"FCFS probe, {level['requests']} requests at {key} of the round's capacity, the plugin's "
-                      "own scheduler")
+                      f"{len(ratios[p])} round(s): each engine's model fitted to requests alone (their fixed "
+                      f"cost outside the iterations) and its own probe that round, {level['requests']} requests "
+                      f"at {key} of the round's FCFS capacity, the plugin's own scheduler")
                  for p in ratios]
     return rows
 
 
-def _serving_ratios(workload: list[dict], load: float, engines: list[EngineModel], details: dict,
+def _serving_ratios(workload: list[dict], load: float, engines: dict[str, list[EngineModel]], details: dict,
                     history: list[int]) -> dict[str, list[float]]:
     """Per policy but FCFS, per round: FCFS's simulated mean normalised latency over the
-    policy's, ``workload`` arriving at ``load`` times the round's capacity on its engine."""
+    policy's, ``workload`` arriving at ``load`` times the round's FCFS capacity, each policy on
+    its own engine that round (``engines[policy][round]``)."""
     info = EngineInfo("vllm", "simulated", details["max_num_seqs"], 0, details["num_kv_blocks"],
                       details["block_size"], can_preempt=True, keeps_preempted_kv=True)
     ratios: dict[str, list[float]] = {}
-    for engine, capacity in zip(engines, details["capacity_req_s"], strict=True):
+    for n, capacity in enumerate(details["capacity_req_s"]):
         rate = load * capacity
         reqs = [Request(i, r["arrival_s"] / rate, r["output_len"], r["prompt_len"]) for i, r in enumerate(workload)]
         arrival = np.array([r.arrival_s for r in reqs])
         tokens = np.array([r.output_tokens for r in reqs])
-        mean = {p: float(np.mean((serve_open_loop(reqs, engine, p, info, history) - arrival) / tokens))
+        mean = {p: float(np.mean((serve_open_loop(reqs, engines[p][n], p, info, history) - arrival) / tokens))
                 for p in (FCFS, *details["policies"][1:])}
         for p in details["policies"][1:]:
             ratios.setdefault(p, []).append(mean[FCFS] / mean[p])

@@ -61,16 +61,22 @@ class SimulatedRun:
 
 
 def fit_engine(alone_fit: Sequence[float], probe_tokens_per_s: float, probe_prompt: int, probe_output: int,
-               slots: int) -> EngineModel:
+               slots: int, probe_requests: int = 0) -> EngineModel:
     """The model from the bench's fit to requests alone (``[fixed, per prompt token, per output
     token]``) and its saturation probe (equal requests of ``probe_prompt`` + ``probe_output``
     tokens filling ``slots``): a request's share of the probe is its prefill plus ``probe_output``
-    iterations at full batch, shared by ``slots`` requests."""
-    _, prefill, alone = (float(x) for x in alone_fit)
-    per_request = probe_output / probe_tokens_per_s
+    iterations at full batch, shared by ``slots`` requests. Given ``probe_requests`` (how many
+    the probe submitted at once), the fixed cost is kept as the model's ``request_s``: latency
+    outside the iterations (vLLM's front end and the hops to and from its engine core, which
+    no iteration waits for), so the probe's wall holds it once, its first request's way in and
+    its last one's way out, and the iterations get the rest; without, it is dropped."""
+    fixed, prefill, alone = (float(x) for x in alone_fit)
+    request_s = fixed if probe_requests else 0.0
+    per_request = probe_output / probe_tokens_per_s - request_s / max(probe_requests, 1)
     full = max(alone, slots * (per_request - prefill * probe_prompt) / probe_output)
     per_seq = (full - alone) / (slots - 1) if slots > 1 else 0.0
-    return EngineModel(base_s=alone - per_seq, per_seq_s=per_seq, slots=slots, prefill_s_per_token=prefill)
+    return EngineModel(base_s=alone - per_seq, per_seq_s=per_seq, slots=slots, prefill_s_per_token=prefill,
+                       request_s=request_s)
 
 
 def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, policy: str) -> SimulatedRun:
@@ -82,7 +88,7 @@ def simulate(requests: Sequence[dict], rate_req_s: float, engine: EngineModel, p
     sim = Simulator([engine], order(), preemption())
     sim.submit([Request(i, r["arrival_s"] / rate_req_s, int(r["output_len"]), int(r["prompt_len"]))
                 for i, r in enumerate(requests)])
-    finish = sim.run().finish_array()
+    finish = sim.run().finish_array() + engine.request_s
     arrival = np.array([r["arrival_s"] for r in requests]) / rate_req_s
     output = np.array([int(r["output_len"]) for r in requests])
     return SimulatedRun((finish - arrival) / output, float(output.sum() / finish.max()))

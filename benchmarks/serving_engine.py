@@ -35,6 +35,7 @@ from typing import Any
 VOCAB = 512  # tiny-llama's vocabulary
 # Requests run alone, chosen so prefill and decode costs separate: (prompt_len, output_len).
 ALONE = [(8, 2), (64, 2), (128, 2), (256, 2), (8, 16), (8, 64), (8, 128), (8, 256), (128, 64)]
+PROBE_REQUESTS = 64  # the saturation probe's requests, submitted at once
 BURST_LENGTHS = (32, 32)  # prompt and output tokens of a burst's requests
 
 
@@ -90,7 +91,7 @@ async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> N
     # Median of three: one probe disturbed by another process, or caught in one of the
     # machine's fast spells, must not set the load levels (the best of three did once: a first
     # probe 1.5x the later engines' made every "0.95" load an overload).
-    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": probe_out}] * 64
+    probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": probe_out}] * PROBE_REQUESTS
     rates = []
     for _ in range(3):
         t = time.perf_counter()

@@ -226,7 +226,8 @@ def serve_open_loop(requests: Sequence[Request], engine: EngineModel, policy: st
     inside vLLM (:class:`~rlweave.sim.deciding.DecidedSimulator`). Each request's cap
     (``max_tokens``) is its length, as under ``ignore_eos``; ``history``: output lengths the
     engine finished before, each at its cap, which the scheduler's length model has learnt;
-    ``info``: the engine as the scheduler is told of it (its slots are the engine's)."""
+    ``info``: the engine as the scheduler is told of it (its slots are the engine's). Each finish
+    includes the engine's ``request_s`` (its front end's time, outside the iterations)."""
     if policy == FCFS:
         sim = Simulator([engine], ArrivalOrder(), KeepRunning(), slots=[info.max_num_seqs])
     else:
@@ -235,7 +236,7 @@ def serve_open_loop(requests: Sequence[Request], engine: EngineModel, policy: st
             scheduler.finish(RequestView("history", 0.0, 0, int(n), int(n)))
         sim = DecidedSimulator(engine, scheduler, info, {r.id: int(r.output_tokens) for r in requests})
     sim.submit(requests)
-    return sim.run().finish_array()
+    return sim.run().finish_array() + engine.request_s
 
 
 def predict_serving(base: Baseline, seed: int = 0, instances: int = 4) -> PluginPrediction:

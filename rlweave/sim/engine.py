@@ -9,7 +9,8 @@ or, where the decode cost was measured as throughput at a few batch sizes (Strea
 rlweave models it replaced are each a special case: FastServe's profile is ``base_s`` +
 ``prefill_s_per_token`` (decode folded into the per-token line), Heddle's and RLHFuse's cost are
 ``base_s`` + ``per_seq_s`` (+ re-prefill per token), the serving ceiling uses all three, StreamRL
-the throughput table.
+the throughput table. ``request_s`` is each request's time outside the iterations (a serving
+front end's way in and out), which an open-loop serving model adds to its latency.
 """
 
 from __future__ import annotations
@@ -25,21 +26,25 @@ class EngineModel:
     """Seconds per iteration of one engine instance (see the module docstring). ``slots``: the
     most sequences one iteration decodes (vLLM's ``max_num_seqs``; ``None`` where each instance
     gives its own). ``throughput``: measured ``(batch, tokens/s)`` points, batches increasing
-    from 1; when given, it is the decode cost and ``base_s`` and ``per_seq_s`` stay 0."""
+    from 1; when given, it is the decode cost and ``base_s`` and ``per_seq_s`` stay 0.
+    ``request_s``: seconds of each request's latency spent outside the engine's iterations (vLLM's
+    front end: input processing, the hops to and from the engine core, output delivery), which
+    no iteration waits for; only an open-loop serving model reads it (0: none)."""
 
     base_s: float = 0.0
     per_seq_s: float = 0.0
     slots: int | None = None
     prefill_s_per_token: float = 0.0
     throughput: tuple[tuple[int, float], ...] = ()
+    request_s: float = 0.0
 
     def __post_init__(self) -> None:
         # base_s alone may be negative (a line fitted through two batch sizes can cross zero);
         # no iteration may cost less than nothing
-        if (min(self.per_seq_s, self.prefill_s_per_token, self.base_s + self.per_seq_s) < 0
+        if (min(self.per_seq_s, self.prefill_s_per_token, self.base_s + self.per_seq_s, self.request_s) < 0
                 or (self.slots is not None and self.slots < 1)):
             raise ValueError(f"bad EngineModel {self}: per_seq_s, prefill_s_per_token and one sequence's "
-                             f"iteration (base_s + per_seq_s) must be >= 0, and slots >= 1: refit it")
+                             f"iteration (base_s + per_seq_s) and request_s must be >= 0, and slots >= 1: refit it")
         if self.throughput:
             batch = np.array([b for b, _ in self.throughput])
             if (batch[0] != 1 or np.any(np.diff(batch) <= 0) or any(t <= 0 for _, t in self.throughput)
@@ -62,7 +67,7 @@ class EngineModel:
     def scaled(self, factor: float) -> EngineModel:
         """The same engine ``factor`` times slower (a speed calibration)."""
         return replace(self, base_s=self.base_s * factor, per_seq_s=self.per_seq_s * factor,
-                       prefill_s_per_token=self.prefill_s_per_token * factor,
+                       prefill_s_per_token=self.prefill_s_per_token * factor, request_s=self.request_s * factor,
                        throughput=tuple((b, t / factor) for b, t in self.throughput))
 
     @classmethod
