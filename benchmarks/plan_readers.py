@@ -38,7 +38,8 @@ import numpy as np
 from rlweave.benchmarks.agentic_workload import synthetic
 from rlweave.benchmarks.plan_papers import agentic_baseline
 from rlweave.plan.generation import INDEX, ORACLE, predict_agentic
-from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plan.training import expert_balance_speedup, lost_share, pipeline_fusion
+from rlweave.plugins.resilience.options import ResilienceConfig
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel
 
@@ -129,11 +130,62 @@ def moe_rows(record: dict, source: str) -> list[dict]:
                  "(ReLibra's plans), as the run's ranks counted them", MODELLED)]
 
 
+def ettr_inputs(ettr: dict, side: str, save_freq: int) -> dict[str, float]:
+    """One side of a stored ETTR part as the planner's resilience model takes it: the fault
+    interval, the clean step (the mean of the two clean runs beside the side), the mean restart
+    per fault (the trace's: to the rebuild's end, or to a resubmitted job's first ``generate``),
+    the save interval (rlweave: a host snapshot every step, the plugin's default; verl: its
+    ``save_freq``) and the stall per interval (rlweave pays its snapshot every step and verl's
+    checkpoint, staged to host memory, every ``save_freq`` steps)."""
+    costs = ettr[side]["costs"]
+    step = statistics.mean(ettr[side]["clean_step_s"])
+    checkpoint = statistics.median(costs["save_checkpoint_s"]) if costs["save_checkpoint_s"] else 0.0
+    every, stall = ((ResilienceConfig().snapshot_every, statistics.median(costs["snapshot_s"])
+                     + checkpoint / save_freq) if side == "rlweave" else (save_freq, checkpoint))
+    restarts = [r for r in costs["restart_s"] if r is not None]
+    return {"mtbf_s": ettr["fault_every_s"], "step_s": step, "restart_s": statistics.mean(restarts),
+            "interval_s": every * step, "save_s": stall}
+
+
+def resilience_rows(record: dict, source: str) -> list[dict]:
+    """A stored ``bench resilience`` ETTR part (none where it was not run): each side's ETTR as
+    the planner's model gives it, 1 / (1 + share lost), on that side's own fault interval, clean
+    step, restarts, save interval and stall, against the ETTR measured over the window (steps x
+    clean step / window), and rlweave's over verl's. The restarts are measured on the same faults,
+    so what is tested is the model's structure around them: half an interval redone, the stall
+    per save, the pace between faults the clean one, and failures counted per second of work."""
+    ettr = record["details"]["parts"].get("ettr")
+    if not ettr or "costs" not in ettr["rlweave"]:
+        return []
+    save_freq = record["details"]["args"]["save_freq"]
+    predicted, inputs = {}, {}
+    for side in ("rlweave", "verl"):
+        x = inputs[side] = ettr_inputs(ettr, side, save_freq)
+        lost, _ = lost_share(x["save_s"], x["restart_s"], x["mtbf_s"], x["step_s"], x["interval_s"])
+        predicted[side] = 1 / (1 + lost)
+    where = f"a trainer rank killed every {ettr['fault_every_s']:.0f} s over {ettr['window_s']:.0f} s"
+
+    def said(side: str) -> str:
+        x = inputs[side]
+        return (f"{side}: clean step {x['step_s']:.2f} s, restart {x['restart_s']:.1f} s per fault, saves every "
+                f"{x['interval_s']:.1f} s stalling {x['save_s'] * 1e3:.0f} ms")
+
+    measured = {side: ettr[side]["ettr"] for side in predicted}
+    return [_row("resilience", f"resilience: ETTR with rlweave ({where})", source, predicted["rlweave"],
+                 measured["rlweave"], said("rlweave"), MODELLED),
+            _row("resilience", f"resilience: ETTR on verl's resubmit-and-resume ({where})", source, predicted["verl"],
+                 measured["verl"], said("verl"), MODELLED),
+            _row("resilience", "resilience: verl over rlweave (ETTR ratio)", source,
+                 predicted["rlweave"] / predicted["verl"], measured["rlweave"] / measured["verl"],
+                 f"{said('rlweave')}; {said('verl')}", MODELLED)]
+
+
 READERS: dict[str, Callable[[dict, str], list[dict]]] = {
-    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows}
+    "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows, "moe": moe_rows,
+    "resilience": resilience_rows}
 # the plugin each reader's rows compare
 READS = {"agentic": "agentic_rollout", "stream": "stream_generation", "fusion-executor": "stage_fusion",
-         "moe": "replay_balance"}
+         "moe": "replay_balance", "resilience": "resilience"}
 
 # why no stored run of these plugins is compared, even where one is stored
 NOT_READ = {
@@ -143,6 +195,4 @@ NOT_READ = {
     "overlap": "bench overlap's CPU timings are no overlap figure (gloo's loopback copies need the cores that "
                "compute, docs/results/overlap.md); its E_overlap is the plugin's model itself, and its GPU part "
                "needs a lent GPU (no reader)",
-    "resilience": "no reader yet: bench resilience saves at a fixed save_freq where the planner's model takes "
-                  "Young's interval, and its ETTR part (about 20 minutes) has no stored run here",
 }

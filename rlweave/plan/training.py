@@ -133,10 +133,13 @@ def young_interval_s(save_s: float, mtbf_s: float, step_s: float) -> float:
     return max(math.sqrt(2 * save_s * mtbf_s), step_s)
 
 
-def lost_share(save_s: float, restart_s: float, mtbf_s: float, step_s: float) -> tuple[float, float]:
+def lost_share(save_s: float, restart_s: float, mtbf_s: float, step_s: float,
+               interval_s: float | None = None) -> tuple[float, float]:
     """(share of time lost per unit of work, interval): saving every interval, and per failure
-    the restart and half an interval redone."""
-    tau = young_interval_s(save_s, mtbf_s, step_s)
+    the restart and half an interval redone. The interval is ``interval_s`` where given (a run's
+    own save_freq or snapshot_every, in seconds), else Young's; a failure's cost is counted per
+    second of work, which is the wall-clock count to first order in the share lost."""
+    tau = young_interval_s(save_s, mtbf_s, step_s) if interval_s is None else interval_s
     return save_s / tau + (restart_s + tau / 2) / mtbf_s, tau
 
 
