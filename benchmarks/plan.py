@@ -8,8 +8,8 @@ measured ratio: error ``|predicted / measured - 1|``, goal within 0.15 for every
 planner reads, gets a row that says so and no error.
 
 Readable today (:mod:`.plan_readers`): ``rlweave bench agentic`` (Heddle), ``bench stream``
-(StreamRL), ``bench fusion-executor`` (RLHFuse) and ``bench moe``'s measured part (ReLibra), each
-on its own setup; :data:`NOT_READ` says why the other plugins' runs are not compared.
+(StreamRL), ``bench fusion-executor`` (RLHFuse), ``bench moe``'s measured part (ReLibra) and
+``bench resilience``'s ETTR part (MegaScale), each on its own setup; :data:`NOT_READ` says why the other plugins' runs are not compared.
 
 Beside them, the papers (:mod:`.plan_papers`): rows whose inputs are published, predicted against
 the published figure (``max_paper_error``, goal within 0.25), and one row per headline-only

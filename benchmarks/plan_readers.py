@@ -24,6 +24,10 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
 - ``moe`` (ReLibra): its measured part, Megatron's MoE layer and ReLibra's on gloo at EP 2; the
   busiest rank's tokens under each placement as the run counted them
   (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
+- ``resilience`` (MegaScale): its ETTR part; each side's ETTR from the planner's model
+  (:func:`rlweave.plan.training.lost_share` at the run's own save interval) on its fault
+  interval, clean step, restarts and saves, against the ETTR measured over the window, and
+  rlweave's over verl's (MODELLED).
 
 :data:`NOT_READ` says, for every other plugin, why no stored run of it is compared.
 """
