@@ -10,7 +10,7 @@ planner reads, gets a row that says so and no error.
 Readable today (:mod:`.plan_readers`): ``rlweave bench agentic`` (Heddle), ``bench stream``
 (StreamRL), ``bench fusion-executor`` and ``bench fusion-inter`` (RLHFuse's intra- and
 inter-stage fusion: one plugin, two readers, its error the worse), ``bench moe``'s measured
-part (ReLibra) and ``bench serving`` (FastServe), each on its own setup; :data:`NOT_READ` says why
+part (ReLibra), ``bench serving`` (FastServe) and ``bench resilience``'s ETTR part (MegaScale), each on its own setup; :data:`NOT_READ` says why
 the other plugins' runs are not compared.
 
 Beside them, the papers (:mod:`.plan_papers`): rows whose inputs are published, predicted against

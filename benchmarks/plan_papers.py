@@ -23,7 +23,7 @@ from rlweave.plan import parse_cluster, predict_step
 from rlweave.plan.generation import ORACLE, predict_agentic, predict_serving, predict_stream
 from rlweave.plan.prediction import Baseline
 from rlweave.plan.record import Iterations, JobRecord, Trajectory
-from rlweave.plan.training import layer_overlap, layer_shapes, lost_share
+from rlweave.plan.training import ettr_at, layer_overlap, layer_shapes
 from rlweave.plugins.overlap.choose import best
 from rlweave.plugins.overlap.model import DeviceProfile, Shape
 from rlweave.plugins.overlap.profiles import BUILTIN
@@ -203,8 +203,7 @@ def megascale_ettr_row() -> dict:
     """The resilience model's ETTR at MegaScale's scale: published as a floor (above 90%), so the
     error is how far the prediction falls short of it (0 at or above)."""
     m = MEGASCALE
-    lost, tau = lost_share(m["snapshot_s"], m["recover_s"], m["gpu_mtbf_hours"] * 3600 / m["gpus"], m["step_s"])
-    ettr = 1 / (1 + lost)
+    ettr, tau = ettr_at(m["snapshot_s"], m["recover_s"], m["gpu_mtbf_hours"] * 3600 / m["gpus"], m["step_s"])
     return _paper("resilience", "MegaScale ETTR, 12,288 GPUs (at least)",
                   "MegaScale (NSDI'24) and the Llama 3 report's failure rate", "MODELLED", ettr, m["ettr_at_least"],
                   {"GPUs": "12,288 [P]", "failure rate": "419 interruptions on 16,384 GPUs in 54 days (Llama 3) [P]",

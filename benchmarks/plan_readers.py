@@ -36,6 +36,10 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
   engine's saturation probe)
   (:func:`rlweave.plan.generation.serve_open_loop`); FCFS's mean normalised latency over the
   policy's, median over the rounds.
+- ``resilience`` (MegaScale): its ETTR part; each side's ETTR from the planner's model
+  (:func:`rlweave.plan.training.ettr_at` at the run's own save interval) on its fault
+  interval, clean step, restarts and saves, against the ETTR measured over the window, and
+  rlweave's over verl's (MODELLED).
 
 :data:`NOT_READ` says, for every other plugin, why no stored run of it is compared.
 """
@@ -53,9 +57,10 @@ from rlweave.benchmarks.plan_papers import agentic_baseline
 from rlweave.benchmarks.stream import FAST_POLL_S, VERL_POLL_S
 from rlweave.plan.generation import FCFS, INDEX, ORACLE, PLUGIN_POLICIES, predict_agentic, serve_open_loop
 from rlweave.plan.inter_stage import InterStageFusion, InterStageSetup, inter_stage_fusion
-from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plan.training import ettr_at, expert_balance_speedup, pipeline_fusion
 from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
 from rlweave.plugins.stage_fusion.options import StageFusionConfig
+from rlweave.plugins.resilience.options import ResilienceConfig
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel, Request
 from rlweave.types import EngineInfo, RolloutInstance
@@ -256,18 +261,69 @@ def _serving_ratios(workload: list[dict], load: float, engines: dict[str, list[E
             ratios.setdefault(p, []).append(mean[FCFS] / mean[p])
     return ratios
 
+
+def ettr_inputs(ettr: dict, side: str, save_freq: int) -> dict[str, float]:
+    """One side of a stored ETTR part as the planner's resilience model takes it: the fault
+    interval, the clean step (the mean of the two clean runs beside the side), the mean restart
+    per fault (the trace's: to the rebuild's end, or to a resubmitted job's first ``generate``),
+    the save interval (rlweave: a host snapshot every step, the plugin's default; verl: its
+    ``save_freq``) and the stall per interval (rlweave pays its snapshot every step and verl's
+    checkpoint, staged to host memory, every ``save_freq`` steps)."""
+    costs = ettr[side]["costs"]
+    step = statistics.mean(ettr[side]["clean_step_s"])
+    checkpoint = statistics.median(costs["save_checkpoint_s"]) if costs["save_checkpoint_s"] else 0.0
+    every, stall = ((ResilienceConfig().snapshot_every, statistics.median(costs["snapshot_s"])
+                     + checkpoint / save_freq) if side == "rlweave" else (save_freq, checkpoint))
+    restarts = [r for r in costs["restart_s"] if r is not None]
+    return {"mtbf_s": ettr["fault_every_s"], "step_s": step, "restart_s": statistics.mean(restarts),
+            "interval_s": every * step, "save_s": stall}
+
+
+def resilience_rows(record: dict, source: str) -> list[dict]:
+    """A stored ``bench resilience`` ETTR part (none where it was not run): each side's ETTR as
+    the planner's model gives it (:func:`rlweave.plan.training.ettr_at`), on that side's own fault interval, clean
+    step, restarts, save interval and stall, against the ETTR measured over the window (steps x
+    clean step / window), and rlweave's over verl's. The restarts are measured on the same faults,
+    so what is tested is the model's structure around them: half an interval redone, the stall
+    per save, the pace between faults the clean one, and failures counted per wall-clock second."""
+    ettr = record["details"]["parts"].get("ettr")
+    if not ettr or "costs" not in ettr["rlweave"]:
+        return []
+    save_freq = record["details"]["args"]["save_freq"]
+    predicted, inputs = {}, {}
+    for side in ("rlweave", "verl"):
+        x = inputs[side] = ettr_inputs(ettr, side, save_freq)
+        predicted[side] = ettr_at(x["save_s"], x["restart_s"], x["mtbf_s"], x["step_s"], x["interval_s"])[0]
+    where = f"a trainer rank killed every {ettr['fault_every_s']:.0f} s over {ettr['window_s']:.0f} s"
+
+    def said(side: str) -> str:
+        x = inputs[side]
+        return (f"{side}: clean step {x['step_s']:.2f} s, restart {x['restart_s']:.1f} s per fault, saves every "
+                f"{x['interval_s']:.1f} s stalling {x['save_s'] * 1e3:.0f} ms")
+
+    measured = {side: ettr[side]["ettr"] for side in predicted}
+    return [_row("resilience", f"resilience: ETTR with rlweave ({where})", source, predicted["rlweave"],
+                 measured["rlweave"], said("rlweave"), MODELLED),
+            _row("resilience", f"resilience: ETTR on verl's resubmit-and-resume ({where})", source, predicted["verl"],
+                 measured["verl"], said("verl"), MODELLED),
+            _row("resilience", "resilience: rlweave's ETTR over verl's", source,
+                 predicted["rlweave"] / predicted["verl"], measured["rlweave"] / measured["verl"],
+                 f"{said('rlweave')}; {said('verl')}", MODELLED)]
+
+
+
 READERS: dict[str, Callable[[dict, str], list[dict]]] = {
     "agentic": agentic_rows, "stream": stream_rows, "fusion-executor": fusion_executor_rows,
-    "fusion-inter": fusion_inter_rows, "moe": moe_rows, "serving": serving_rows}
+    "fusion-inter": fusion_inter_rows, "moe": moe_rows, "serving": serving_rows,
+    "resilience": resilience_rows}
 # the plugin each reader's rows compare (a plugin may have several readers)
 READS = {"agentic": "agentic_rollout", "stream": "stream_generation", "fusion-executor": "stage_fusion",
-         "fusion-inter": "stage_fusion", "moe": "replay_balance", "serving": "preemptive_serving"}
+         "fusion-inter": "stage_fusion", "moe": "replay_balance", "serving": "preemptive_serving",
+         "resilience": "resilience"}
 
 # why no stored run of these plugins is compared, even where one is stored
 NOT_READ = {
     "overlap": "bench overlap's CPU timings are no overlap figure (gloo's loopback copies need the cores that "
                "compute, docs/results/overlap.md); its E_overlap is the plugin's model itself, and its GPU part "
                "needs a lent GPU (no reader)",
-    "resilience": "no reader yet: bench resilience saves at a fixed save_freq where the planner's model takes "
-                  "Young's interval, and its ETTR part (about 20 minutes) has no stored run here",
 }

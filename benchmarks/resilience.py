@@ -363,6 +363,27 @@ def _cpu_cost(m: dict[str, float]) -> dict[str, float]:
     return {**cost, "step_s": m["timing_s/step"], "fraction": sum(cost.values()) / m["timing_s/step"]}
 
 
+def fault_costs(c: Campaign) -> dict[str, Any]:
+    """What an ETTR side's faults and saves cost, as the job recorded them apart from its step
+    count (for ``rlweave bench plan``'s resilience reader): each fault's end of restart, from
+    the trace (rlweave: the end of its recovery span, the rebuild done; verl: the first
+    ``generate`` a resubmitted job starts, its start-up and reload done), and the stall per
+    save from verl's metrics (``timing_s/save_checkpoint``) and rlweave's
+    (``rlweave/resilience/snapshot_s``), with the faulted run's own steady step."""
+    recoveries = sorted((e["ts"] + e["dur"]) / 1e6 for e in c.events if e["name"] == "recovery" and e["ph"] == "X")
+    starts = sorted(e["ts"] / 1e6 for e in c.events if e["name"] == "generate" and e["ph"] == "X")
+    restarted = []
+    for fault in c.faults:
+        relaunch = min((t for t in c.launches if t >= fault["time_s"]), default=None)
+        ends = recoveries if relaunch is None else [t for t in starts if t >= relaunch]
+        end = min((t for t in ends if t >= fault["time_s"]), default=None)
+        restarted.append(None if end is None else end - fault["time_s"])
+    return {"restart_s": restarted, "step_s": steady_step_s(c.steps),
+            "save_checkpoint_s": [m["timing_s/save_checkpoint"] for m in c.steps.values()
+                                  if "timing_s/save_checkpoint" in m],
+            "snapshot_s": [m[f"{M}snapshot_s"] for m in c.steps.values() if f"{M}snapshot_s" in m]}
+
+
 def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Both sides' faulted windows, with a fault-free verl run before, between and after them:
     each side's yardstick is the clean step time of the runs on either side of it, so that the
@@ -393,7 +414,8 @@ def part_ettr(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         out[side] = {"campaign": c, "ettr": ettr(c, statistics.mean(yardstick), window),
                      "ettr_spread": [ettr(c, min(yardstick), window), ettr(c, max(yardstick), window)],
                      "clean_step_s": yardstick,
-                     "steps": c.unique_steps_by(c.first_step_start + window), "faults": len(c.faults)}
+                     "steps": c.unique_steps_by(c.first_step_start + window), "faults": len(c.faults),
+                     "costs": fault_costs(c)}
     out.update(fault_every_s=every, window_s=window, clean_step_s=clean, clean_steps=clean_steps)
     return out
 

@@ -23,13 +23,14 @@ from rlweave.benchmarks.plan_readers import (
     fusion_inter_model,
     fusion_inter_rows,
     moe_rows,
+    resilience_rows,
     serving_rows,
     stream_rows,
 )
 from rlweave.benchmarks.stream import ASYNC_DISAGG, ONPOLICY_DISAGG, stored_predictions
 from rlweave.plan.generation import serve_open_loop
 from rlweave.plan.inter_stage import InterStageSetup, generation_s, inter_stage_fusion
-from rlweave.plan.training import expert_balance_speedup, pipeline_fusion
+from rlweave.plan.training import ettr_at, expert_balance_speedup, pipeline_fusion
 from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel, Request
@@ -37,8 +38,8 @@ from rlweave.types import EngineInfo, RolloutInstance
 
 # Runs on the CPU rig, kept beside the tests (bench-results/ is ignored): `rlweave bench stream
 # --workload long` with the two disaggregated runs (one round, and two rounds an hour later),
-# `rlweave bench fusion-executor`, `rlweave bench fusion-inter` (one round, contended runs only)
-# and `rlweave bench moe` cut to its measured part.
+# `rlweave bench fusion-executor`, `rlweave bench fusion-inter` (one round, contended runs only),
+# `rlweave bench moe` cut to its measured part, and `rlweave bench resilience` cut to its ETTR part.
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -206,6 +207,7 @@ def test_every_plugin_is_compared_or_says_why_not(tmp_path):
     assert h["error_per_plugin"]["stage_fusion"] == max(r["error"] for r in fusion)
     assert set(h["error_per_plugin"]) | set(h["not_compared"]) == set(PLUGINS)
     assert "no stored bench agentic run" in h["not_compared"]["agentic_rollout"]
+    assert "no stored bench resilience run" in h["not_compared"]["resilience"]
     for plugin, why in NOT_READ.items():
         assert h["not_compared"][plugin] == why and plugin not in READS.values()
     assert h["max_planner_error_cpu"] == max(h["error_per_plugin"].values())
@@ -332,3 +334,53 @@ def test_the_stored_fusion_inter_run_is_planned_on_its_own_inputs():
     assert rows[STREAM]["measured"] == pytest.approx(record["headline"]["speedup_vs_stream"], abs=5e-4)
     model = fusion_inter_model(runs, [n for n, in record["details"]["lengths"]], 16, 4, 0)
     assert all(0 < t < 16 for t in model.thresholds)  # the plugin migrates every predicted step's tail
+
+
+def test_resilience_model_takes_a_given_save_interval_or_youngs():
+    """Saving 0.5 s after every 10 s of work, a 20 s restart and a failure every 200 s of wall
+    time: each failure costs 20 + 10 / 2 = 25 s, so (1 - 25 / 200) / (1 + 0.5 / 10) = 0.8333 of
+    the wall time progresses. Without an interval, Young's sqrt(2 x 0.5 x 200) = 14.14 s:
+    (1 - 27.07 / 200) / (1 + 0.5 / 14.14) = 0.8351 (more: Young's is the optimum). Failures
+    faster than the recovery leave nothing."""
+    assert ettr_at(0.5, 20.0, 200.0, 2.0, 10.0) == pytest.approx((0.833333, 10.0), abs=1e-6)
+    ettr, tau = ettr_at(0.5, 20.0, 200.0, 2.0)
+    assert tau == pytest.approx(200 ** 0.5) and ettr == pytest.approx(0.835119, abs=1e-6)
+    assert ettr_at(0.5, 250.0, 200.0, 2.0, 10.0)[0] == 0.0
+
+
+def _ettr_side(ettr: float, restarts: list[float | None], checkpoints: list[float], snapshots: list[float]) -> dict:
+    return {"ettr": ettr, "clean_step_s": [2.4, 2.6], "costs": {"restart_s": restarts, "step_s": 2.55,
+            "save_checkpoint_s": checkpoints, "snapshot_s": snapshots}}
+
+
+def test_resilience_is_planned_on_each_sides_own_faults_and_saves():
+    """A fault every 240 s, clean step 2.5 s (the mean of the two beside the side), save_freq 5.
+    rlweave: a snapshot every step (2.5 s) stalling its 5 ms plus a fifth of verl's 0.5 s
+    checkpoint, restarts 17 and 19 s: (1 - (18 + 1.25) / 240) / (1 + 0.105 / 2.5) = 0.88272.
+    verl: its checkpoint every 12.5 s, restarts 120 and 130 s (a fault with none is left out):
+    (1 - (125 + 6.25) / 240) / (1 + 0.5 / 12.5) = 0.43570."""
+    record = {"benchmark": "resilience", "headline": {}, "details": {"args": {"save_freq": 5}, "parts": {"ettr": {
+        "fault_every_s": 240.0, "window_s": 480.0,
+        "rlweave": _ettr_side(0.85, [17.0, 19.0], [0.5, 0.5], [0.004, 0.005, 0.006]),
+        "verl": _ettr_side(0.5, [120.0, None, 130.0], [0.4, 0.5, 0.6], [])}}}}
+    rlweave, verl, ratio = resilience_rows(record, "resilience.json")
+    assert rlweave["plugin"] == "resilience" and rlweave["label"] == "MODELLED"
+    assert rlweave["predicted"] == pytest.approx(0.88272, abs=1e-5) and rlweave["measured"] == 0.85
+    assert verl["predicted"] == pytest.approx(0.43570, abs=1e-5)
+    assert verl["error"] == pytest.approx(1 - 0.43570 / 0.5, abs=1e-4)
+    assert ratio["predicted"] == pytest.approx(0.88272 / 0.43570, abs=1e-4) and ratio["measured"] == pytest.approx(1.7)
+    assert resilience_rows({"benchmark": "resilience", "details": {"parts": {}}}, "faults-only.json") == []
+
+
+def test_the_stored_resilience_run_is_planned_on_its_own_faults_and_saves():
+    """`rlweave bench resilience --parts ettr --fault-every-s 240 --ettr-window-s 480`'s record,
+    cut to its ETTR part: each side planned on its own clean step, restarts and saves (figures
+    pinned from the stored inputs), against the ETTR measured over the window."""
+    record = json.loads((DATA / "bench-resilience-ettr.json").read_text())
+    ettr = record["details"]["parts"]["ettr"]
+    rlweave, verl, ratio = resilience_rows(record, "resilience.json")
+    assert rlweave["predicted"] == pytest.approx(0.9304, abs=1e-4)
+    assert verl["predicted"] == pytest.approx(0.5851, abs=1e-4)
+    assert rlweave["measured"] == ettr["rlweave"]["ettr"] and verl["measured"] == ettr["verl"]["ettr"]
+    assert ratio["measured"] == pytest.approx(ettr["rlweave"]["ettr"] / ettr["verl"]["ettr"])
+    assert all(r is not None for side in ("rlweave", "verl") for r in ettr[side]["costs"]["restart_s"])

@@ -27,7 +27,7 @@ from rlweave.plan.prediction import FLOP_STAGES, Baseline, PluginPrediction, no_
 from rlweave.plan.record import JobRecord
 from rlweave.plan.scale import predict_step
 from rlweave.plan.training import (
-    lost_share,
+    ettr_at,
     overlap_extra_s,
     predict_overlap,
     predict_replay_balance,
@@ -49,10 +49,10 @@ PLAN_ASSUMPTIONS: dict[str, str] = {
     "overlap-device": "overlap's H100 profile scaled to the target GPU by dense FLOP/s, NVLink and HBM",
     "linear-bound": "the training stages' time is their TP linears' GEMMs (QKV, out, MLP of 4h), one sequence of "
                     "the mean length per micro-batch",
-    "young": "checkpoints and snapshots at Young's interval sqrt(2 x save x cluster MTBF); per failure, the "
-             "restart and half an interval redone",
+    "young": "checkpoints and snapshots at Young's interval sqrt(2 x save x cluster MTBF); failures arrive "
+             "per wall-clock second, each costing the restart and half an interval redone",
     "composition": "a set runs StreamRL's planner with overlap's training time (and Heddle's generation ratio), "
-                   "then resilience's share lost; members without a prediction are left out",
+                   "then divides by resilience's ETTR; members without a prediction are left out",
 }
 
 # composable sets: plugins that act on different parts of the step
@@ -120,9 +120,9 @@ def _compose(base: Baseline, rows: dict[str, PluginPrediction], members: tuple[s
     f = base.cluster.failures
     if "resilience" in have:
         mtbf = f.gpu_mtbf_hours * 3600 / base.cluster.gpus
-        lost = lost_share(f.checkpoint_s, f.restart_s, mtbf, base.step.step_s)[0]
-        kept = lost_share(f.snapshot_s, f.recover_s, mtbf, base.step.step_s)[0]
-        default_s, step_s = default_s * (1 + lost), step_s * (1 + kept)
+        verl = ettr_at(f.checkpoint_s, f.restart_s, mtbf, base.step.step_s)[0]
+        kept = ettr_at(f.snapshot_s, f.recover_s, mtbf, base.step.step_s)[0]
+        default_s, step_s = default_s / verl, step_s / kept
     label = SIMULATED if any(rows[m].label == SIMULATED for m in have) else "MODELLED"
     left_out = [m for m in members if m not in have]
     return PluginPrediction(name, default_s, step_s, bound_s, label, note="set of " + ", ".join(have) + (

@@ -133,18 +133,24 @@ def young_interval_s(save_s: float, mtbf_s: float, step_s: float) -> float:
     return max(math.sqrt(2 * save_s * mtbf_s), step_s)
 
 
-def lost_share(save_s: float, restart_s: float, mtbf_s: float, step_s: float) -> tuple[float, float]:
-    """(share of time lost per unit of work, interval): saving every interval, and per failure
-    the restart and half an interval redone."""
-    tau = young_interval_s(save_s, mtbf_s, step_s)
-    return save_s / tau + (restart_s + tau / 2) / mtbf_s, tau
+def ettr_at(save_s: float, restart_s: float, mtbf_s: float, step_s: float,
+            interval_s: float | None = None) -> tuple[float, float]:
+    """(ETTR, interval): the share of wall time that makes progress when a save stalls ``save_s``
+    after every interval of work, and a failure, arriving every ``mtbf_s`` of wall-clock time
+    (hardware fails whether or not the job progresses), costs the restart and half an interval
+    redone. Over wall time W that is W / mtbf failures, so W (1 - lost / mtbf) = work (1 + save /
+    interval). The interval is ``interval_s`` where given (a run's own save_freq or
+    snapshot_every, in seconds), else Young's; 0 where failures come faster than the job
+    recovers from them."""
+    tau = young_interval_s(save_s, mtbf_s, step_s) if interval_s is None else interval_s
+    return max(0.0, 1 - (restart_s + tau / 2) / mtbf_s) / (1 + save_s / tau), tau
 
 
 def predict_resilience(base: Baseline) -> PluginPrediction:
     """verl's default (checkpoints to storage, a job restart per failure) against resilience's
     host-memory snapshots and group rebuild, each at Young's interval for the cluster's failure
-    rate. The step is the failure-free step times one plus the share lost: the default's over
-    resilience's is the ETTR ratio. The bound is no failure at all."""
+    rate. The step is the failure-free step over the ETTR: the default's over resilience's is the
+    ETTR ratio. The bound is no failure at all."""
     name = "resilience"
     f = base.cluster.failures
     if f is None:
@@ -152,16 +158,16 @@ def predict_resilience(base: Baseline) -> PluginPrediction:
                                                      "checkpoint_s, restart_s, snapshot_s and recover_s")
     step = base.step.step_s
     mtbf = f.gpu_mtbf_hours * 3600 / base.cluster.gpus
-    lost, tau = lost_share(f.checkpoint_s, f.restart_s, mtbf, step)
+    verl, tau = ettr_at(f.checkpoint_s, f.restart_s, mtbf, step)
     if f.snapshot_s is None:
-        return no_prediction(name, step * (1 + lost), "[failures] gives no snapshot_s and recover_s: resilience's "
-                                                      "own costs are needed to predict it")
-    kept, tau_r = lost_share(f.snapshot_s, f.recover_s, mtbf, step)
-    return PluginPrediction(name, step * (1 + lost), step * (1 + kept), step, MODELLED,
+        return no_prediction(name, step / verl, "[failures] gives no snapshot_s and recover_s: resilience's "
+                                                "own costs are needed to predict it")
+    kept, tau_r = ettr_at(f.snapshot_s, f.recover_s, mtbf, step)
+    return PluginPrediction(name, step / verl, step / kept, step, MODELLED,
                             {"snapshot_every (steps)": max(1, round(tau_r / step)),
                              "verl save_freq at Young's interval (steps)": max(1, round(tau / step)),
                              "cluster MTBF h": round(mtbf / 3600, 2)},
-                            f"ETTR {1 / (1 + lost):.3f} (verl) vs {1 / (1 + kept):.3f} (resilience); a failure "
+                            f"ETTR {verl:.3f} (verl) vs {kept:.3f} (resilience); a failure "
                             f"every {mtbf / 3600:.2f} h on {base.cluster.gpus} GPUs")
 
 
