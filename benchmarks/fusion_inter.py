@@ -67,6 +67,10 @@ RUNS: dict[str, tuple[str, int, tuple[str, ...], bool]] = {
     VERL_FREE: ("ppo_critic_ref", 2, (), False),
     FUSED_FREE: ("rlweave_fusion", 1, (), False),
 }
+# Runs whose engine cost is fitted from their trace and stored: the stream run's drives the fused
+# runs' plan; each verl run's is its own replicas' (they generate with the trainer idle, unlike the
+# stream run's replica on the trainer's core), for bench plan to plan verl's side on.
+FITTED = (VERL, VERL_FAST, STREAM)
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,9 @@ def run(args: argparse.Namespace) -> BenchResult:
                     failures.append(f"round {i + 1}, {label}: {str(error)[:300]}")
                     progress.update()
                     continue
-                if label == STREAM:
+                if label in FITTED:
                     summary["cost_model"] = fit_engine_cost(spans)
+                if label == STREAM:
                     cost = cost_overrides(summary["cost_model"])
                 rounds[i][label] = summary
                 if i == args.repeats - 1:
@@ -217,7 +222,7 @@ def fit_engine_cost(spans: list[dict]) -> dict[str, float]:
                 else:
                     prefill.append((tokens - running, running, gap))
     if len(decode) < 2:
-        raise RuntimeError("the stream run's trace has too few decode iterations to fit the engine's cost")
+        raise RuntimeError("the run's trace has too few decode iterations to fit the engine's cost")
     b, t = np.array(decode, dtype=float).T
     per_seq, base = np.polyfit(b, t, 1) if len(set(b)) > 1 else (0.0, float(np.median(t)))
     per_seq, base = max(float(per_seq), 0.0), max(float(base), 1e-4)

@@ -21,12 +21,13 @@ faster). Every predicted figure is SIMULATED, but ReLibra's, which is MODELLED. 
 - ``fusion-executor`` (RLHFuse): the per-stage forward and backward seconds measured on the real
   pipeline stages; separate 1F1B over the fused schedule, stage fusion's own search
   (:func:`rlweave.plan.training.pipeline_fusion`) on those costs against the measured steps.
-- ``fusion-inter`` (RLHFuse, inter-stage): per round, the stream run's fitted engine cost, the
-  fused run's inference per sample, dynamic batch and prompt tokens, verl's measured inference
-  stage and the workload's lengths; verl sync's stage (generation up to its replay buffer's
-  poll, then its inference) over the plugin's fused one, each step's migration chosen by the
-  plugin's own ``plan_migration`` on the step before (:mod:`rlweave.plan.inter_stage`), median
-  over the rounds; likewise with verl's 50 ms poll, and streaming without migration over fused.
+- ``fusion-inter`` (RLHFuse, inter-stage): per round, each side on its own engine's cost as
+  the run's trace fitted it (the stream run's for the plugin's stages, each verl run's for its
+  generation), the fused run's inference per sample, dynamic batch and prompt tokens, verl's
+  measured inference stage and the workload's lengths; verl sync's stage (generation up to its
+  replay buffer's poll, then its inference) over the plugin's fused one, each step's migration
+  chosen by the plugin's own ``plan_migration`` on the step before
+  (:mod:`rlweave.plan.inter_stage`), median over the rounds; likewise with verl's 50 ms poll, and streaming without migration over fused.
 - ``moe`` (ReLibra): its measured part, Megatron's MoE layer and ReLibra's on gloo at EP 2; the
   busiest rank's tokens under each placement as the run counted them
   (:func:`rlweave.plan.training.expert_balance_speedup`) against the measured steps.
@@ -56,7 +57,8 @@ from rlweave.benchmarks.fusion_inter import FUSED, INFERENCE_MICRO, RUNS, STREAM
 from rlweave.benchmarks.plan_papers import agentic_baseline
 from rlweave.benchmarks.stream import FAST_POLL_S, VERL_POLL_S
 from rlweave.plan.generation import FCFS, INDEX, ORACLE, PLUGIN_POLICIES, predict_agentic, serve_open_loop
-from rlweave.plan.inter_stage import InterStageFusion, InterStageSetup, inter_stage_fusion
+from rlweave.plan.inter_stage import (InterStageFusion, InterStageSetup, SequentialStage, inter_stage_fusion,
+                                      sequential_generation)
 from rlweave.plan.training import ettr_at, expert_balance_speedup, pipeline_fusion
 from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
 from rlweave.plugins.stage_fusion.options import StageFusionConfig
@@ -142,30 +144,41 @@ VERL_POLLS = {VERL: VERL_POLL_S, VERL_FAST: FAST_POLL_S}  # how often each verl 
 FUSION_INTER_STEPS = 6  # drawn steps: the first plans the second, ..., as steps 2-6 of the run
 
 
+def fusion_inter_engine(cost: dict[str, float]) -> EngineModel:
+    """The engine cost a stored ``bench fusion-inter`` run fitted on its own trace (``cost_model``)."""
+    return engine_cost(cost["decode_base_ms"] / 1e3, cost["decode_per_seq_ms"] / 1e3, cost["prefill_us_per_token"] / 1e6)
+
+
 def fusion_inter_model(runs: dict[str, dict], lengths: list[int], prompts: int, slots: int,
-                       seed: int) -> InterStageFusion:
-    """One round of a stored ``bench fusion-inter`` on :func:`rlweave.plan.inter_stage.inter_stage_fusion`:
+                       seed: int) -> tuple[InterStageFusion, dict[str, SequentialStage]]:
+    """One round of a stored ``bench fusion-inter``, each side on its own engine's cost, as a
+    trace of each job gives it. The plugin's side (:func:`rlweave.plan.inter_stage.inter_stage_fusion`):
     the engine cost fitted on the round's stream run, the fused run's layout (a replica on the
     trainer's core and one beside it, ``slots`` each), its inference per sample as the trainer
     measured it (or beside an engine, over the plugin's slowdown), its dynamic batch and prompt
-    tokens; steps of ``prompts`` samples drawn from the workload's ``lengths``."""
-    cost, fused = runs[STREAM]["cost_model"], runs[FUSED]
+    tokens. verl's (:func:`~rlweave.plan.inter_stage.sequential_generation`), per verl run that
+    stored its fitted cost: its generation on that cost, on the same instances and dispatch
+    orders. Steps of ``prompts`` samples drawn from the workload's ``lengths``."""
+    fused = runs[FUSED]
     slowdown = StageFusionConfig().shared_slowdown
     per_sample = fused["inference_s_per_sample"] or fused["inference_s_per_sample_shared"] / slowdown
-    setup = InterStageSetup(
-        engine_cost(cost["decode_base_ms"] / 1e3, cost["decode_per_seq_ms"] / 1e3, cost["prefill_us_per_token"] / 1e6),
-        (RolloutInstance("core 1", False, slots), RolloutInstance("core 0", True, slots)),
-        InferenceCost(per_sample, slowdown, RUNS[FUSED][1] * INFERENCE_MICRO), round(fused.get("prompt_len", 0)))
+    instances = (RolloutInstance("core 1", False, slots), RolloutInstance("core 0", True, slots))
+    setup = InterStageSetup(fusion_inter_engine(runs[STREAM]["cost_model"]), instances,
+                            InferenceCost(per_sample, slowdown, RUNS[FUSED][1] * INFERENCE_MICRO),
+                            round(fused.get("prompt_len", 0)))
     rng = np.random.default_rng(seed)
     steps = [rng.choice(lengths, prompts, replace=False).tolist() for _ in range(FUSION_INTER_STEPS)]
-    return inter_stage_fusion(steps, setup, seed)
+    verl = {label: sequential_generation(steps, instances, fusion_inter_engine(runs[label]["cost_model"]), seed)
+            for label in VERL_POLLS if "cost_model" in runs.get(label, {})}
+    return inter_stage_fusion(steps, setup, seed), verl
 
 
 def fusion_inter_rows(record: dict, source: str) -> list[dict]:
     """verl sync's generation+inference stage (and the 50 ms poll's, and streaming without
     migration) over rlweave fused's in a stored ``bench fusion-inter``: per round,
-    :func:`fusion_inter_model`, verl's stage its simulated generation up to its next poll plus
-    the inference stage it measured; median over the rounds."""
+    :func:`fusion_inter_model`, verl's stage its simulated generation (on its own run's engine
+    cost) up to its next poll plus the inference stage it measured; median over the rounds. A
+    verl run stored without its fitted cost is not planned."""
     d = record["details"]
     lengths = [row[0] for row in d["lengths"]]
     seed = option(record.get("argv", []), "--seed", 0)
@@ -174,14 +187,15 @@ def fusion_inter_rows(record: dict, source: str) -> list[dict]:
     for runs in d["rounds"]:
         if FUSED not in runs or STREAM not in runs:
             continue
-        model = fusion_inter_model(runs, lengths, d["setup"]["prompts"], d["setup"]["slots"], seed)
-        stages = {label: model.sequential_s(runs[label]["inference_s"], poll)
-                  for label, poll in VERL_POLLS.items() if label in runs} | {STREAM: model.streamed_mean_s}
-        for label, stage in stages.items():
-            predicted.setdefault(label, []).append(stage / model.fused_mean_s)
+        model, verl = fusion_inter_model(runs, lengths, d["setup"]["prompts"], d["setup"]["slots"], seed)
+        stages = {label: stage.stage_s(runs[label]["inference_s"], VERL_POLLS[label])
+                  for label, stage in verl.items()} | {STREAM: model.streamed_mean_s}
+        for label, stage_s in stages.items():
+            predicted.setdefault(label, []).append(stage_s / model.fused_mean_s)
             measured.setdefault(label, []).append(runs[label]["stage_s"] / runs[FUSED]["stage_s"])
-    inputs = (f"{len(d['rounds'])} round(s): the stream run's engine cost, the fused run's inference per sample, "
-              f"dynamic batch and prompt tokens, verl's measured inference stage, {FUSION_INTER_STEPS - 1} steps "
+    inputs = (f"{len(d['rounds'])} round(s): the stream run's engine cost (the fused and streamed stages), each "
+              f"verl run's own (its generation), the fused run's inference per sample, dynamic batch and prompt "
+              f"tokens, verl's measured inference stage, {FUSION_INTER_STEPS - 1} steps "
               f"of {d['setup']['prompts']} drawn from the workload's lengths")
     return [_row("stage_fusion", f"fusion-inter: {label} over rlweave fused (stage)", source,
                  statistics.median(predicted[label]), statistics.median(measured[label]), inputs)
