@@ -135,7 +135,7 @@ def plot(result: BenchResult, path: Path) -> Path:
     _compared_panel(top, rows)
     _headline_panel(bottom, headlines)
     fig.suptitle("rlweave bench plan (every predicted figure SIMULATED or MODELLED)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))  # the suptitle's own strip, above the first panel's title
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
