@@ -60,9 +60,9 @@ from rlweave.plan.generation import FCFS, INDEX, ORACLE, PLUGIN_POLICIES, predic
 from rlweave.plan.inter_stage import (InterStageFusion, InterStageSetup, SequentialStage, inter_stage_fusion,
                                       sequential_generation)
 from rlweave.plan.training import ettr_at, expert_balance_speedup, pipeline_fusion
+from rlweave.plugins.resilience.options import ResilienceConfig
 from rlweave.plugins.stage_fusion.migration import InferenceCost, engine_cost
 from rlweave.plugins.stage_fusion.options import StageFusionConfig
-from rlweave.plugins.resilience.options import ResilienceConfig
 from rlweave.plugins.stage_fusion.problem import FusedPipelineProblem, StageCosts
 from rlweave.sim import EngineModel, Request
 from rlweave.types import EngineInfo, RolloutInstance
@@ -231,7 +231,7 @@ def serving_rows(record: dict, source: str) -> list[dict]:
     :data:`SERVING_INPUTS`."""
     from rlweave.benchmarks.serving import synthetic_workload, unit_rate
     from rlweave.benchmarks.serving_ceiling import fit_engine
-    from rlweave.benchmarks.serving_engine import ALONE, PROBE_REQUESTS, probe_lengths
+    from rlweave.benchmarks.serving_engine import PROBE_REQUESTS, calibration_outputs, probe_lengths
 
     details, argv = record["details"], record.get("argv", [])
     if details.get("client") == "vllm" or "--trace" in argv or not SERVING_INPUTS <= set(details):
@@ -239,8 +239,7 @@ def serving_rows(record: dict, source: str) -> list[dict]:
     workload = unit_rate(synthetic_workload(option(argv, "--requests", 300), option(argv, "--seed", 0),
                                             details["workload"]))
     slots, (prompt, output) = details["max_num_seqs"], probe_lengths(workload)
-    # what each engine finished before its first load: the calibration's probes and requests alone
-    history = [output] * 3 * PROBE_REQUESTS + [n for _, n in ALONE for _ in range(3)]
+    history = calibration_outputs(workload)  # what each engine finished before its first load
     engines = {p: [fit_engine(details["alone_fit_fixed_prompt_output_s"], probe, prompt, output, slots, PROBE_REQUESTS)
                    for probe in details["calibration_tokens_per_s"][p]] for p in details["policies"]}
     rows = []
@@ -323,7 +322,6 @@ def resilience_rows(record: dict, source: str) -> list[dict]:
             _row("resilience", "resilience: rlweave's ETTR over verl's", source,
                  predicted["rlweave"] / predicted["verl"], measured["rlweave"] / measured["verl"],
                  f"{said('rlweave')}; {said('verl')}", MODELLED)]
-
 
 
 READERS: dict[str, Callable[[dict, str], list[dict]]] = {

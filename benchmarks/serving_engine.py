@@ -36,6 +36,7 @@ VOCAB = 512  # tiny-llama's vocabulary
 # Requests run alone, chosen so prefill and decode costs separate: (prompt_len, output_len).
 ALONE = [(8, 2), (64, 2), (128, 2), (256, 2), (8, 16), (8, 64), (8, 128), (8, 256), (128, 64)]
 PROBE_REQUESTS = 64  # the saturation probe's requests, submitted at once
+CALIBRATION_REPEATS = 3  # the probe's median of three, each request alone's best of three
 BURST_LENGTHS = (32, 32)  # prompt and output tokens of a burst's requests
 
 
@@ -80,6 +81,14 @@ def probe_lengths(workload: list[dict]) -> tuple[int, int]:
     return tuple(round(sum(r[k] for r in workload) / len(workload)) for k in ("prompt_len", "output_len"))
 
 
+def calibration_outputs(workload: list[dict]) -> list[int]:
+    """Output tokens of every request :func:`calibrate` serves, in its order, each to its cap:
+    what an engine has finished before its first load level."""
+    _, probe_out = probe_lengths(workload)
+    return ([probe_out] * PROBE_REQUESTS * CALIBRATION_REPEATS
+            + [n for _, n in ALONE for _ in range(CALIBRATION_REPEATS)])
+
+
 async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> None:
     """The saturation probe (capacity) and requests run alone (the lower bound's costs)."""
     import numpy as np
@@ -93,7 +102,7 @@ async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> N
     # probe 1.5x the later engines' made every "0.95" load an overload).
     probe = [{"arrival_s": 0.0, "prompt_len": mean_prompt, "output_len": probe_out}] * PROBE_REQUESTS
     rates = []
-    for _ in range(3):
+    for _ in range(CALIBRATION_REPEATS):
         t = time.perf_counter()
         done = await serve(engine, "probe", probe, 0.0)
         rates.append(sum(d["tokens"] for d in done) / (time.perf_counter() - t))
@@ -102,7 +111,7 @@ async def calibrate(engine: Any, workload: list[dict], out: dict[str, Any]) -> N
     out["alone"] = []
     for prompt_len, output_len in ALONE:  # best of three each, for the same reason
         r = {"arrival_s": 0.0, "prompt_len": prompt_len, "output_len": output_len}
-        best = min([(await serve(engine, "alone", [r], 0.0))[0]["latency_s"] for _ in range(3)])
+        best = min([(await serve(engine, "alone", [r], 0.0))[0]["latency_s"] for _ in range(CALIBRATION_REPEATS)])
         out["alone"].append(dict(r, latency_s=best))
 
 

@@ -81,7 +81,6 @@ if TYPE_CHECKING:
 TRAIN_STAGES = ("reward", "old_log_prob", "ref", "adv", "update_actor")
 DEFERRED_STAGES = ("update_actor",)  # what on-policy streaming runs after the step's last group
 IDLE_GAP_S = 0.1
-VERL_POLL_S = 2.0  # verl's ReplayBuffer(poll_interval=2.0): its synchronous loop looks for the batch this often
 BALANCE_DEVICES = (2, 4, 8, 16)  # pool sizes the planner splits in simulation (async, streamed updates)
 
 
@@ -109,8 +108,8 @@ class Setup:
                 f"trainer.v1.separate_async.parameter_sync_step={self.prompts // self.minibatch}")
 
 
-# verl's replay buffer looks for the finished batch every poll_interval: its default, and the
-# ablation's (verl_fast_poll)
+# verl's replay buffer looks for the finished batch every poll_interval: its default
+# (ReplayBuffer(poll_interval=2.0)), and the ablation's (verl_fast_poll)
 VERL_POLL_S, FAST_POLL_S = 2.0, 0.05
 FAST_POLL = ("trainer.v1.sampler.custom_sampler.path=pkg://rlweave.benchmarks.verl_fast_poll",
              "trainer.v1.sampler.custom_sampler.name=FastPollReplayBuffer")

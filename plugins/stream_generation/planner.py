@@ -469,7 +469,7 @@ def predict(pools: list[HardwarePool], workload: Workload, mode: PlanMode,
         engine_s = (1 - steady.generation_idle) * step * sum(e.devices for e in engines)
     else:
         if mode is PlanMode.COLOCATED:
-            step = _first_poll(latency + t_gen, workload.poll_s) + t_train + workload.weight_sync_s
+            step = first_poll(latency + t_gen, workload.poll_s) + t_train + workload.weight_sync_s
         else:
             deferred = _deferred_share(by_name, training)
             step = (_stream_preparation(np.sort(done) + latency, workload.minibatch_groups,
@@ -499,10 +499,10 @@ def _shared_core_floor(used: list[HardwarePool], samples: int, engine_s: float) 
     return (engine_s + samples * used[0].cpu_s_per_sample) / used[0].devices
 
 
-def _first_poll(ready_s: float, poll_s: float) -> float:
+def first_poll(ready_s: float, poll_s: float) -> float:
     """When a trainer that looks every ``poll_s`` from the step's start (0: at once) first sees
-    a batch ready at ``ready_s``."""
-    return poll_s * math.ceil(ready_s / poll_s) if poll_s else ready_s
+    a batch ready at ``ready_s`` (a look that lands as it becomes ready sees it)."""
+    return poll_s * math.ceil(ready_s / poll_s - 1e-9) if poll_s else ready_s
 
 
 def _deferred_share(pools: dict[str, HardwarePool], training: dict[str, int]) -> float:

@@ -26,6 +26,8 @@ from rlweave.plugins.stream_generation.planner import (
     Workload,
     plan,
 )
+from rlweave.plugins.preemptive_serving.options import PreemptiveServingConfig
+from rlweave.plugins.preemptive_serving.scheduler import PreemptiveScheduler
 from rlweave.sim import (
     ArrivalOrder,
     EngineModel,
@@ -35,8 +37,6 @@ from rlweave.sim import (
     ShortestRemainingPreempts,
     Simulator,
 )
-from rlweave.plugins.preemptive_serving.options import PreemptiveServingConfig
-from rlweave.plugins.preemptive_serving.scheduler import PreemptiveScheduler
 from rlweave.sim.deciding import DecidedSimulator
 from rlweave.sim.learned import ExpectedRemaining
 from rlweave.sim.trajectories import Trajectory, run_trajectories

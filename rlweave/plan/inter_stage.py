@@ -22,7 +22,6 @@ the host side's CPU that shares the cores with the engines.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlweave.plugins.stage_fusion.migration import ORDERS, InferenceCost, plan_migration, simulate_stage
+from rlweave.plugins.stream_generation.planner import first_poll
 from rlweave.sim import EngineModel, Request, Simulator
 from rlweave.types import FusionStep, RolloutInstance
 
@@ -76,7 +76,7 @@ class SequentialStage:
         """verl's stage, mean over the steps: the generation, up to the replay buffer's next
         poll (one that lands as the last sample ends sees it), then ``inference_s`` for the whole
         batch."""
-        return statistics.mean(poll_s * math.ceil(g / poll_s - 1e-9) for g in self.generation_s) + inference_s
+        return statistics.mean(first_poll(g, poll_s) for g in self.generation_s) + inference_s
 
 
 def dispatch_orders(steps: Sequence[Sequence[int]], seed: int = 0) -> list[list[np.ndarray]]:
