@@ -146,6 +146,16 @@ def test_resilience_picks_youngs_interval_and_gains_more_the_more_often_the_clus
     assert "snapshot_s" in predict_resilience(baseline(c=cluster(failures=half))).note
 
 
+def test_a_cluster_that_fails_faster_than_it_restarts_gets_a_reason_not_a_division_by_zero():
+    """64 GPUs at 50 GPU-hours each fail every 2,812 s: verl's 900 s restart fits, a 3,000 s
+    one does not; resilience's 120 s recovery does, a 3,000 s one does not."""
+    verl = predict_resilience(baseline(c=cluster(failures=FAILURES | {"gpu_mtbf_hours": 50, "restart_s": 3000})))
+    assert verl.step_s is None and "never progress" in verl.note and "restart_s (3000 s)" in verl.note
+    ours = predict_resilience(baseline(c=cluster(failures=FAILURES | {"gpu_mtbf_hours": 50, "recover_s": 3000})))
+    assert ours.step_s is None and "resilience's recover_s (3000 s)" in ours.note
+    assert predict_resilience(baseline(c=cluster(failures=FAILURES | {"gpu_mtbf_hours": 50}))).ratio < 1
+
+
 def test_composable_sets_sit_beside_the_plugins(plan):
     rows = {r.name: r for r in plan.rows}
     for members in SETS:

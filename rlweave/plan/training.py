@@ -159,16 +159,29 @@ def predict_resilience(base: Baseline) -> PluginPrediction:
     step = base.step.step_s
     mtbf = f.gpu_mtbf_hours * 3600 / base.cluster.gpus
     verl, tau = ettr_at(f.checkpoint_s, f.restart_s, mtbf, step)
+    if verl == 0:
+        return no_prediction(name, step, _never_progresses("verl's restart_s", f.restart_s, tau, mtbf, base))
     if f.snapshot_s is None:
         return no_prediction(name, step / verl, "[failures] gives no snapshot_s and recover_s: resilience's "
                                                 "own costs are needed to predict it")
     kept, tau_r = ettr_at(f.snapshot_s, f.recover_s, mtbf, step)
+    if kept == 0:
+        return no_prediction(name, step / verl, _never_progresses("resilience's recover_s", f.recover_s, tau_r,
+                                                                  mtbf, base))
     return PluginPrediction(name, step / verl, step / kept, step, MODELLED,
                             {"snapshot_every (steps)": max(1, round(tau_r / step)),
                              "verl save_freq at Young's interval (steps)": max(1, round(tau / step)),
                              "cluster MTBF h": round(mtbf / 3600, 2)},
                             f"ETTR {verl:.3f} (verl) vs {kept:.3f} (resilience); a failure "
                             f"every {mtbf / 3600:.2f} h on {base.cluster.gpus} GPUs")
+
+
+def _never_progresses(cost: str, restart_s: float, interval_s: float, mtbf_s: float, base: Baseline) -> str:
+    """Why there is no ETTR to divide by: the cluster fails before a restart and the work redone
+    are over, so the job never gets ahead."""
+    return (f"a failure every {mtbf_s:.0f} s on {base.cluster.gpus} GPUs comes before {cost} ({restart_s:g} s) and "
+            f"half an interval redone ({interval_s / 2:.0f} s) are over: the job would never progress; check "
+            f"[failures] gpu_mtbf_hours and the restart figures")
 
 
 def predict_stage_fusion(base: Baseline) -> PluginPrediction:
